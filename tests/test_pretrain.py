@@ -1,0 +1,128 @@
+"""Integration and fault tests of pre-training: exact resume after SIGKILL, 2-process Accelerate, bad input."""
+import json, os, signal, subprocess, sys, time, errno
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import nl_embryo_cmd, BIN
+from nl_embryo.core import NlEmbryoError
+from nl_embryo.pretrain import PretrainConfig, pretrain, list_checkpoints
+import nl_embryo.pretrain as P
+
+TINY = dict(corpus='nested-zipf', block_size=32, corpus_tokens=40_000, batch_size=8, lr=2e-3, preset='tiny')
+CLI_TINY = ['--corpus', 'nested-zipf', '--block-size', 32, '--corpus-tokens', 40_000, '--batch-size', 8, '--lr', 2e-3, '--preset', 'tiny']
+
+
+def weights(run, step):
+    return load_file(str(Path(run)/'checkpoints'/f'step{step}'/'model.safetensors'))
+
+
+def test_kill_and_resume_is_exact(tmp_path, small_corpus):
+    steps = 30
+    args = [*CLI_TINY, '--steps', steps, '--checkpoints', 'linear:4', '--quiet']
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    ref = tmp_path/'ref'
+    subprocess.run(nl_embryo_cmd('pretrain', *args, '--out', ref), check=True, env=env, capture_output=True)
+    run = tmp_path/'killed'
+    rng = np.random.default_rng()
+    p = subprocess.Popen(nl_embryo_cmd('pretrain', *args, '--out', run), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # wait until a few checkpoints exist, then kill at a random moment
+    t0 = time.time()
+    while not (run/'checkpoints'/'step8').exists() and time.time() - t0 < 120: time.sleep(0.01)
+    time.sleep(float(rng.uniform(0, 0.5)))
+    p.send_signal(signal.SIGKILL); p.wait()
+    done_before = max(list_checkpoints(run, warn=False))
+    assert done_before < steps, 'the run finished before it was killed: make it longer'
+    r = subprocess.run(nl_embryo_cmd('pretrain', *args, '--out', run, '--resume'), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    a, b = weights(ref, steps), weights(run, steps)
+    assert a.keys() == b.keys()
+    for k in a: assert torch.equal(a[k], b[k]), k
+    m = [json.loads(l) for l in (run/'metrics.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in m] == list(range(0, steps + 1))     # no duplicated or missing steps after resume
+
+
+def test_half_written_checkpoint_is_skipped(tmp_path, small_corpus):
+    run = pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=6, checkpoints='0,3,6', **TINY), quiet=True)
+    (run/'checkpoints'/'step6'/'optimizer.safetensors').unlink()        # as if the save had been cut short
+    with pytest.warns(UserWarning, match='half-written'):
+        cks = list_checkpoints(run)
+    assert list(cks) == [0, 3]
+    with pytest.warns(UserWarning):
+        pretrain(PretrainConfig(out=str(run), steps=6, checkpoints='0,3,6', **TINY), resume=True, quiet=True)
+    assert list(list_checkpoints(run)) == [0, 3, 6]
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, small_corpus, monkeypatch):
+    calls = {'n': 0}
+    real = P.OBJECTIVES['mlm']
+    def poisoned(*a, **k):
+        out = real(*a, **k); calls['n'] += 1
+        if calls['n'] == 5: out['loss'] = out['loss'] * float('nan')
+        return out
+    monkeypatch.setitem(P.OBJECTIVES, 'mlm', poisoned)
+    with pytest.raises(NlEmbryoError, match=r'loss became nan at step 5.*last good checkpoint is step4'):
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=10, checkpoints='0,2,4,8', eval_batches=0, **TINY), quiet=True)
+    assert list(list_checkpoints(tmp_path/'r')) == [0, 2, 4]
+
+
+def test_disk_full_during_save(tmp_path, small_corpus, monkeypatch):
+    import safetensors.torch as st
+    real = st.save_file
+    def full(tensors, filename, *a, **k):
+        if 'step4' in str(Path(filename).parent.name) or '.step4' in str(filename):
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        return real(tensors, filename, *a, **k)
+    monkeypatch.setattr(st, 'save_file', full)
+    with pytest.raises(NlEmbryoError, match='disk is full.*step4'):
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=6, checkpoints='0,2,4,6', **TINY), quiet=True)
+    cks = list_checkpoints(tmp_path/'r')
+    assert list(cks) == [0, 2]
+    assert not [p for p in (tmp_path/'r'/'checkpoints').iterdir() if p.name.startswith('.')]
+
+
+@pytest.mark.parametrize('bad, match', [
+    (dict(preset='huge'), 'unknown preset'), (dict(corpus='klingon'), 'unknown corpus'),
+    (dict(objective='gpt'), 'unknown objective'), (dict(arch='bert', objective='electra'), 'does not fit'),
+    (dict(arch='lstm'), 'unknown architecture'), (dict(checkpoints='often'), 'bad checkpoint spec'),
+])
+def test_bad_options(tmp_path, bad, match):
+    with pytest.raises(NlEmbryoError, match=match):
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), **dict(TINY, **bad)), quiet=True)
+
+
+def test_existing_run_needs_resume(tmp_path, small_corpus):
+    pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=2, **TINY), quiet=True)
+    with pytest.raises(NlEmbryoError, match='already holds a run'):
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=2, **TINY), quiet=True)
+    with pytest.raises(NlEmbryoError, match='differ'):
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=4, **dict(TINY, lr=1e-2)), resume=True, quiet=True)
+
+
+def test_too_short_corpus(tmp_path):
+    from nl_embryo.corpora import build_corpus
+    with pytest.raises(NlEmbryoError, match='too short'):
+        build_corpus('nested-zipf', block_size=512, n_tokens=600, quiet=True)
+
+
+def test_cli_error_is_clean(tmp_path):
+    r = subprocess.run(nl_embryo_cmd('pretrain', '--preset', 'huge', '--out', tmp_path/'r'), capture_output=True, text=True)
+    assert r.returncode == 2 and 'unknown preset' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_two_process_accelerate_gloo(tmp_path, small_corpus):
+    out = tmp_path/'ddp'
+    cmd = [str(BIN/'accelerate'), 'launch', '--num_processes', '2', '--cpu', '--num_machines', '1', '--mixed_precision', 'no',
+           '--dynamo_backend', 'no', str(BIN/'nl-embryo'), 'pretrain', *map(str, CLI_TINY), '--steps', '12', '--checkpoints', '0,12',
+           '--out', str(out), '--quiet']
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS='1'), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = json.loads((out/'config.json').read_text())
+    assert cfg['processes'] == 2
+    m = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
+    assert m[-1]['step'] == 12 and m[-1]['loss'] < m[1]['loss']
+    a, b = weights(out, 0), weights(out, 12)
+    assert any(not torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite (what `make test` and CI run). Assumes `make env` has set up .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=.venv/bin
+t0=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - t0 )) s)"; }
+
+step "fetch the data the tests need"
+$B/nl-embryo data fetch
+
+step "nbdev_export leaves the library in step with the notebooks"
+before=$(git status --porcelain -- nl_embryo nbs | md5sum)
+$B/nbdev_export
+if [ "$(git status --porcelain -- nl_embryo nbs | md5sum)" != "$before" ]; then
+  echo "nbdev_export changed nl_embryo/: export the notebooks and commit the result"; git status --short -- nl_embryo; exit 1
+fi
+
+step "nbdev_clean leaves the notebooks clean"
+$B/nbdev_clean
+if [ "$(git status --porcelain -- nl_embryo nbs | md5sum)" != "$before" ]; then
+  echo "nbdev_clean changed nbs/: run nbdev_clean and commit the result"; git status --short -- nbs; exit 1
+fi
+
+step "nbdev_test (notebook cells)"
+$B/nbdev_test --n_workers 2 --timing
+
+
+step "docs build"
+$B/nl-embryo docs
+
+step "pytest (integration, CLI, fault and browser tests)"
+echo "(all earlier checks passed in $(( $(date +%s) - t0 )) s)"
+$B/python -m pytest tests -q -p no:cacheprovider
+
