@@ -130,3 +130,29 @@ def test_two_process_gloo_equals_accumulation(tmp_path, small_corpus):
     changed = [k for k in a if not torch.equal(a[k], weights(out, 0)[k])]
     assert changed, 'DDP run did not update the weights'
     for k in a: assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
+
+
+def test_empty_corpus(monkeypatch):
+    import nl_embryo.corpora as C
+    spec = C.CORPORA['turkish']
+    monkeypatch.setitem(C.CORPORA, 'turkish', C.CorpusSpec('turkish', 'turkish', spec.description, lambda n, s, t: []))
+    with pytest.raises(NlEmbryoError, match="corpus 'turkish' is empty"):
+        C.build_corpus('turkish', block_size=64, force=True, quiet=True)
+
+
+def test_half_precision_checkpoints(tmp_path, small_corpus):
+    run = pretrain(PretrainConfig(out=str(tmp_path/'h'), steps=3, checkpoints='0,3', half_checkpoints=True, **TINY), quiet=True)
+    w = weights(run, 3)
+    assert all(t.dtype == torch.bfloat16 for t in w.values() if t.is_floating_point())
+    full = pretrain(PretrainConfig(out=str(tmp_path/'f'), steps=3, checkpoints='0,3', **TINY), quiet=True)
+    size = lambda r: (Path(r)/'checkpoints'/'step3'/'model.safetensors').stat().st_size
+    assert size(run) < 0.6 * size(full)
+    from nl_embryo.timeline import Run
+    model, tok = Run(run).load(3)
+    assert next(model.parameters()).dtype == torch.bfloat16 and len(tok) == model.config.vocab_size
+
+
+def test_tokenizer_mismatch_is_refused(small_corpus):
+    from nl_embryo.models import build_model, check_tokenizer_matches
+    with pytest.raises(NlEmbryoError, match='vocab_size=500 but the tokenizer has 8000'):
+        check_tokenizer_matches(build_model('bert', 'tiny', vocab_size=500), small_corpus.tokenizer())
