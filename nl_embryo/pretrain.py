@@ -460,7 +460,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
                 out = module(ids, g)
                 loss = out['loss']
                 if not torch.isfinite(loss):
-                    raise NlEmbryoError(f"the loss became {float(loss)} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
+                    raise NlEmbryoError(f"the loss became {float(loss.detach())} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
                                         "lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good checkpoint)")
                 acc.backward(loss / A)
             for k, v in out.items():
