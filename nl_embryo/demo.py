@@ -8,17 +8,61 @@ import json, time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 
 from .core import NlEmbryoError, atomic_write_text
 
 # %% auto #0
-__all__ = ['DEMO_DEFAULTS', 'report_notebook', 'write_report', 'run_demo']
+__all__ = ['DEMO_DEFAULTS', 'DEMO_ANALYSES', 'DEMO_ANALYSIS_STEPS', 'spread_steps', 'run_analyses', 'report_notebook',
+           'write_report', 'run_demo']
 
 # %% ../nbs/17_demo.ipynb #e5aca89b
 DEMO_DEFAULTS = dict(arch='bert', preset='tiny', corpus='english', steps=300, batch_size=16, lr=1e-3, checkpoints='log')
 
+# The analyses of paper 002 that the demo runs over its timeline, with CPU-sized options (each is `analyze_<name>` of
+# its chapter, cached per checkpoint, and writes `RUN/analysis/<name>.parquet`); the report shows a section per file.
+DEMO_ANALYSES = {
+    'probes': ('nl_embryo.probes', 'analyze_probes', dict(tasks=('pos',), n_words=1500)),
+    'reconstruction': ('nl_embryo.reconstruction', 'analyze_reconstruction', dict(n_words=600)),
+    'attention': ('nl_embryo.attention', 'analyze_attention', dict(n_sentences=100)),
+    'knowledge': ('nl_embryo.knowledge', 'analyze_knowledge', dict()),
+}
+DEMO_ANALYSIS_STEPS = 6   # checkpoints analysed: the first, the last and log-spaced ones between
+
+def spread_steps(steps, n: int) -> list[int]:
+    """`n` of the checkpoint `steps`, spread evenly on a log scale (log of step + 1), always the first and the last
+    (all of them when there are no more than `n`)."""
+    steps = sorted(set(int(s) for s in steps))
+    if n < 1: raise NlEmbryoError(f"analysis steps must be at least 1, got {n}", "pass --analysis-steps 1 or more")
+    if len(steps) <= n: return steps
+    if n == 1: return [steps[-1]]
+    pos = np.log1p(steps)
+    chosen = []
+    for target in np.linspace(pos[0], pos[-1], n):
+        left = [i for i in range(len(steps)) if steps[i] not in chosen]
+        chosen.append(steps[min(left, key=lambda i: abs(pos[i] - target))])
+    return sorted(chosen)
+
+def run_analyses(run_dir, steps=None, quiet: bool = False, analyses=None) -> dict:
+    "Run the demo's analyses (`DEMO_ANALYSES`, or the names in `analyses`) over `steps` of the run: `{name: tidy frame}`."
+    import importlib
+    from nl_embryo.models import quiet_transformers
+    names = list(DEMO_ANALYSES) if analyses is None else list(analyses)
+    if unknown := [n for n in names if n not in DEMO_ANALYSES]:
+        raise NlEmbryoError(f"unknown analysis {unknown}", f"choose from {', '.join(DEMO_ANALYSES)}")
+    frames = {}
+    for name in names:
+        module, fn, options = DEMO_ANALYSES[name]
+        t0 = time.perf_counter()
+        with quiet_transformers():
+            frames[name] = getattr(importlib.import_module(module), fn)(run_dir, steps=steps, quiet=quiet, **options)
+        if not quiet: print(f"{name}: {len(frames[name]):,} rows in {time.perf_counter() - t0:.0f} s")
+    return frames
+
 def report_notebook(run_dir) -> nbformat.NotebookNode:
-    "The demo report as an (unexecuted) notebook with a papermill parameters cell `run_dir`."
+    """The demo report as an (unexecuted) notebook with a papermill parameters cell `run_dir`: the training curves,
+    then a section for each analysis whose table is in `RUN/analysis/`."""
+    import importlib
     nb = nbformat.v4.new_notebook()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = code(f"run_dir = {str(run_dir)!r}"); params.metadata['tags'] = ['parameters']
@@ -33,6 +77,9 @@ def report_notebook(run_dir) -> nbformat.NotebookNode:
         code("cols = [c for c in ['step', 'loss', 'mlm_acc', 'eval_mlm_loss', 'eval_mlm_acc', 'tokens_per_s', 'flops'] if c in metrics]\n"
              "metrics[metrics['step'].isin(run.steps())][cols]"),
     ]
+    for name, (module, _, _) in DEMO_ANALYSES.items():
+        if (Path(run_dir)/'analysis'/f'{name}.parquet').exists():
+            nb.cells += importlib.import_module(module).report_cells(run_dir)
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     return nb
 
@@ -53,8 +100,11 @@ def write_report(run_dir, out_dir=None, kernel: str = 'python3') -> dict:
     atomic_write_text(html, notebook_to_html(dst))
     return dict(notebook=dst, html=html)
 
-def run_demo(out='runs/demo', quiet: bool = False, **overrides) -> dict:
-    "The main job: fetch the default data, build `english`, pre-train the tiny BERT (resuming a previous demo), write the report."
+def run_demo(out='runs/demo', quiet: bool = False, analysis_steps: int | None = DEMO_ANALYSIS_STEPS, analyses=None,
+             **overrides) -> dict:
+    """The main job: fetch the default data, build `english`, pre-train the tiny BERT (resuming a previous demo), run
+    the analyses (`DEMO_ANALYSES`, or the names in `analyses`) over `analysis_steps` log-spaced checkpoints (`None`
+    or `analyses=()`: none), and write the report."""
     from nl_embryo.data import fetch
     from nl_embryo.corpora import build_corpus
     from nl_embryo.pretrain import PretrainConfig, pretrain, list_checkpoints
@@ -63,6 +113,13 @@ def run_demo(out='runs/demo', quiet: bool = False, **overrides) -> dict:
     cfg = PretrainConfig(out=str(out), **dict(DEMO_DEFAULTS, **overrides))
     build_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, quiet=quiet)
     run_dir = pretrain(cfg, resume=bool(list_checkpoints(out, warn=False)), quiet=quiet)
+    t_train = time.perf_counter() - t0
+    if analysis_steps and (analyses is None or len(analyses)):
+        steps = spread_steps(list(list_checkpoints(run_dir, warn=False)), analysis_steps)
+        if not quiet: print(f"analyses at steps {steps}")
+        run_analyses(run_dir, steps=steps, quiet=quiet, analyses=analyses)
+    t_analyses = time.perf_counter() - t0 - t_train
     paths = write_report(run_dir)
-    if not quiet: print(f"demo done in {time.perf_counter() - t0:.0f} s: run {run_dir}, report {paths['html']}")
+    if not quiet: print(f"demo done in {time.perf_counter() - t0:.0f} s (pre-training {t_train:.0f} s, analyses "
+                        f"{t_analyses:.0f} s): run {run_dir}, report {paths['html']}")
     return dict(run=run_dir, **paths)

@@ -7,7 +7,8 @@ t0=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 
 step "fetch the data the tests need"
-$B/nl-embryo data fetch
+$B/nl-embryo data fetch                                                   # the default set
+$B/nl-embryo data fetch minilm spacy-en sentiment bbc-news antiberty   # the other sources the notebooks and tests use
 
 step "nbdev_export leaves the library in step with the notebooks"
 before=$(git status --porcelain -- nl_embryo nbs | md5sum)
@@ -23,11 +24,14 @@ if [ "$(git status --porcelain -- nl_embryo nbs | md5sum)" != "$before" ]; then
 fi
 
 step "nbdev_test (notebook cells, slow ones included; NBDEV_TEST_FLAGS= skips them)"
-$B/nbdev_test --n_workers 2 --timing ${NBDEV_TEST_FLAGS---flags slow}
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} $B/nbdev_test --n_workers 2 --timing ${NBDEV_TEST_FLAGS---flags slow}
 
 
 step "docs build"
 $B/nl-embryo docs
+
+step "browser test dependencies (Debian chromium, Playwright)"
+bash tools/browser-deps.sh
 
 step "pytest (integration, CLI, fault and browser tests)"
 echo "(all earlier checks passed in $(( $(date +%s) - t0 )) s)"

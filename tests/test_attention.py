@@ -1,0 +1,256 @@
+"""Attention maps, head pattern scores, charts, the explorer and the bertviz export (`nl_embryo.attention`).
+
+Known answers come from models built by hand: `shifted_attention_model(offset)` (every head attends to the token
+`offset` positions away, by construction) and a stand-in that spreads attention over padding too. One small run
+(30 steps on the nested-zipf corpus in the English id space, checkpoints 0, 10, 30) is pre-trained once for the
+timeline tests; its attention is measured on English sentences.
+"""
+import types
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from nl_embryo.attention import (AttentionExplorer, AttentionStats, analyze_attention, as_sentences, attention_batches,
+                                 attention_grid_chart, attention_tables, classify_heads, load_attention, maps_array,
+                                 pattern_emergence, report_cells, save_chart, sentence_attention, shifted_attention_model,
+                                 split_tables, to_bertviz, token_classes)
+from nl_embryo.core import NlEmbryoError
+from nl_embryo.corpora import char_tokenizer
+from nl_embryo.models import attention_implementation, build_model
+from nl_embryo.timeline import Run
+
+ALPHABET = 'abcdefghij'
+
+
+@pytest.fixture(scope='module')
+def tok():
+    return char_tokenizer(ALPHABET)
+
+
+@pytest.fixture(scope='module')
+def letters():
+    rng = np.random.default_rng(1)
+    return [''.join(rng.choice(list(ALPHABET), int(rng.integers(2, 40)))) for _ in range(60)]
+
+
+class UniformOverPadding(torch.nn.Module):
+    "A stand-in model whose attention ignores the mask: every row is spread evenly over all T positions, padding included."
+    def __init__(self, layers=2, heads=3):
+        super().__init__()
+        self.config = types.SimpleNamespace(num_hidden_layers=layers, num_attention_heads=heads, max_position_embeddings=512,
+                                            _attn_implementation='eager', model_type='fake')
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, output_attentions=False):
+        B, T = input_ids.shape
+        a = torch.full((B, self.config.num_attention_heads, T, T), 1.0 / T)
+        return types.SimpleNamespace(attentions=tuple(a.clone() for _ in range(self.config.num_hidden_layers)))
+
+
+def counting_loads(monkeypatch):
+    "Count Run.load calls (checkpoint loads) from here on."
+    loads, orig = [], Run.load
+    monkeypatch.setattr(Run, 'load', lambda self, *a, **k: loads.append(a) or orig(self, *a, **k))
+    return loads
+
+
+# ---- known answers -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('offset,pattern,klass', [(-1, 'prev', 'previous'), (0, 'self', 'diagonal'), (1, 'next', 'next')])
+def test_shifted_model_scores_and_class(tok, letters, offset, pattern, klass):
+    model = shifted_attention_model(offset, vocab_size=len(tok))
+    scores, maps = split_tables(attention_tables(model, tok, letters, map_len=16, batch_size=7))
+    assert len(scores) == 2 * 2 * 8 and set(scores['head_class']) == {klass}
+    target = scores[scores['pattern'] == pattern]['value']
+    others = scores[scores['pattern'].isin({'self', 'prev', 'next'} - {pattern})]['value']
+    assert (target > 0.99).all() and (others < 0.01).all(), scores
+    assert (scores['class_score'] > 0.99).all()
+    assert np.allclose(maps_array(maps).sum(-1), 1, atol=1e-5)            # rows of the average are distributions
+
+
+def test_previous_token_average_map_is_the_subdiagonal(tok, letters):
+    model = shifted_attention_model(-1, vocab_size=len(tok))
+    avg = maps_array(split_tables(attention_tables(model, tok, letters, map_len=12))[1])
+    sub = np.stack([np.diagonal(avg[l, h], -1) for l in range(2) for h in range(2)])
+    assert sub.min() > 0.99                                               # row i puts ~all its weight on key i-1
+    assert (avg[..., 0, :] > 0.03).all() and (np.diff(avg[..., 0, :], axis=-1) <= 1e-6).all()   # [CLS]: no previous token, spread
+
+
+def test_padding_never_receives_attention_in_the_averages(tok):
+    fake = UniformOverPadding()
+    short_long = ['abc', 'abcdefgh']                                      # 5 and 10 tokens with [CLS] and [SEP]
+    scores, maps = split_tables(attention_tables(fake, tok, short_long, map_len=16, batch_size=2))
+    avg = maps_array(maps)
+    expect = np.zeros((10, 10)); expect[:5, :5] += 0.5 / 5; expect[:5] += 0.5 / 10; expect[5:] = 1 / 10
+    assert avg.shape == (2, 3, 10, 10) and np.allclose(avg, expect, atol=1e-6)
+    short = maps[maps['sentence'] == 0]
+    assert short['query'].max() == 4 and short['key'].max() == 4 and np.allclose(short['value'], 0.2)
+    # the self score is the mean over real query tokens of 1/n: (5 * 1/5 + 10 * 1/10) / 15
+    assert np.allclose(scores[scores['pattern'] == 'self']['value'], 2 / 15, atol=1e-6)
+    assert np.allclose(scores[scores['pattern'] == 'entropy_norm']['value'], 1, atol=1e-6)
+    unpadded = split_tables(attention_tables(fake, tok, short_long, map_len=16, batch_size=1))
+    assert np.allclose(maps_array(unpadded[1]), avg) and np.allclose(unpadded[0]['value'], scores['value'])
+
+
+def test_cropped_rows_are_renormalised(tok):
+    fake = UniformOverPadding(layers=1, heads=1)
+    avg = maps_array(split_tables(attention_tables(fake, tok, ['abcdefghij' * 2], map_len=8))[1])   # 22 tokens -> 8
+    assert avg.shape == (1, 1, 8, 8) and np.allclose(avg, 1 / 8)
+
+
+def test_batching_does_not_change_a_real_model(tok, letters):
+    model = shifted_attention_model(-1, vocab_size=len(tok), sharpness=3.0)   # soft: every cell counts
+    a = attention_tables(model, tok, letters, map_len=24, batch_size=64)
+    b = attention_tables(model, tok, letters, map_len=24, batch_size=5)
+    assert np.allclose(a['value'], b['value'], atol=1e-5)
+
+
+def test_running_sums_do_not_grow_with_the_number_of_sentences(tok, letters):
+    fake, classes = UniformOverPadding(), token_classes(tok)
+    sizes = []
+    for n in (10, 600):
+        st = AttentionStats(2, 3, 16)
+        for batch in attention_batches(fake, tok, (letters * 10)[:n], batch_size=16): st.update(*batch, classes)
+        assert st.n_sentences == n
+        sizes.append(st.nbytes)
+    assert sizes[0] == sizes[1] == 2 * 3 * 16 * 16 * 8 + 16 * 8 + 2 * 3 * 8 * 8
+
+
+def test_token_classes(tok):
+    from nl_embryo.corpora import get_tokenizer
+    classes = token_classes(tok)
+    assert classes['cls'].sum() == 1 and classes['sep'].sum() == 1 and classes['punct'].sum() == 0
+    en = get_tokenizer('english')
+    c = token_classes(en)
+    ids = en.convert_tokens_to_ids(['.', ',', '`', 'the', '##s', '[CLS]'])
+    assert list(c['punct'][ids]) == [True, True, True, False, False, False]
+
+
+def test_eager_attention_is_switched_on_only_for_the_analysis(tok, letters):
+    model = build_model('bert', 'tiny', vocab_size=len(tok))
+    assert attention_implementation(model) == 'sdpa'
+    scores, _ = split_tables(attention_tables(model, tok, letters[:8]))
+    assert attention_implementation(model) == 'sdpa' and len(scores) == 4 * 4 * 8
+    bv = sentence_attention(model, tok, 'abcab')
+    assert attention_implementation(model) == 'sdpa'
+    assert len(bv['attention']) == 4 and bv['attention'][0].shape == (1, 4, 7, 7) and bv['tokens'][0] == '[CLS]'
+
+
+def test_head_classes_and_emergence_from_frames():
+    rows = []
+    for step, shares in {0: [0.1, 0.1], 100: [0.1, 0.7], 1000: [0.6, 0.9]}.items():
+        for layer, share in enumerate(shares, 1):
+            for p, v in dict(self=share, prev=0.0, next=0.0, cls=0.3 if layer == 1 and step == 0 else 0.0, sep=0.3, punct=0.0).items():
+                rows.append(dict(step=step, layer=layer, head=1, pattern=p, value=v))
+    scores = pd.DataFrame(rows)
+    classes = classify_heads(scores).set_index(['step', 'layer'])['head_class']
+    assert classes[(0, 1)] == 'vertical' and classes[(0, 2)] == 'broad' and classes[(100, 2)] == 'diagonal'
+    em = pattern_emergence(scores).set_index('layer')
+    assert em.loc[2, 'first_step'] == 100 and em.loc[1, 'first_step'] == 1000       # the later layer first
+    assert pattern_emergence(scores, threshold=0.95)['first_step'].isna().all()
+
+
+def test_bad_inputs(tmp_path, tok):
+    with pytest.raises(NlEmbryoError, match='no sentences'): as_sentences([])
+    with pytest.raises(NlEmbryoError, match='empty or not strings'): as_sentences(['ok', ''])
+    with pytest.raises(NlEmbryoError, match="'text'"): as_sentences(pd.DataFrame({'x': ['a']}))
+    with pytest.raises(NlEmbryoError, match='no run'): analyze_attention(tmp_path/'nowhere')
+    with pytest.raises(NlEmbryoError, match='no attention analysis'): load_attention(tmp_path, compute=False)
+    _, maps = split_tables(attention_tables(UniformOverPadding(), tok, ['abc']))
+    maps.insert(0, 'step', 5)
+    with pytest.raises(NlEmbryoError, match='no step 7'): attention_grid_chart(maps, step=7)
+    with pytest.raises(NlEmbryoError, match='unknown chart format'): save_chart(attention_grid_chart(maps), tmp_path/'x', formats=('pdf',))
+    with pytest.raises(NlEmbryoError, match='no tokens'): to_bertviz(maps, sentence=-1)
+
+
+# ---- over a run's timeline -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def small_run(tmp_path_factory):
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    out = tmp_path_factory.mktemp('attention')/'run'
+    return Run(pretrain(PretrainConfig(out=str(out), corpus='nested-zipf', block_size=32, corpus_tokens=40_000, batch_size=8,
+                                       lr=2e-3, steps=30, checkpoints='0,10,30'), quiet=True))
+
+
+@pytest.fixture(scope='module')
+def analysed(small_run):
+    scores = analyze_attention(small_run, n_sentences=48, map_len=20, quiet=True)
+    return small_run, scores
+
+
+def test_analyze_attention_writes_tables_and_charts(analysed):
+    run, scores = analysed
+    out = run.path/'analysis'
+    assert sorted(scores['step'].unique()) == [0, 10, 30]
+    assert list(scores.columns[:5]) == ['step', 'layer', 'head', 'pattern', 'value']
+    assert len(scores) == 3 * 4 * 4 * 8 and scores['n_sentences'].eq(48).all()
+    assert set(scores['head_class']) <= {'diagonal', 'previous', 'next', 'vertical', 'broad'}
+    on_disk = pd.read_parquet(out/'attention.parquet')
+    pd.testing.assert_frame_equal(on_disk, scores)
+    maps = pd.read_parquet(out/'attention_maps.parquet')
+    assert set(maps['sentence']) == {-1, 0, 1, 2, 3} and maps['query'].max() <= 19
+    for s in (0, 10, 30):
+        assert np.allclose(maps_array(maps, s).sum(-1), 1, atol=1e-4)
+    for name in ('attention_patterns', 'attention_grid', 'attention_head'):
+        html = (out/f'{name}.html').read_text()
+        assert '<script src=' not in html and 'cdn.jsdelivr' not in html and 'vegaEmbed' in html
+        assert (out/f'{name}.png').read_bytes()[:4] == b'\x89PNG'
+    from PIL import Image
+    assert Image.open(out/'attention_grid.gif').n_frames == 3
+    assert not [p for p in out.iterdir() if p.name.startswith('.')]       # atomic writes leave no temporaries
+
+
+def test_second_analysis_reads_the_cache(analysed, monkeypatch):
+    run, scores = analysed
+    loads = counting_loads(monkeypatch)
+    again = analyze_attention(run, n_sentences=48, map_len=20, quiet=True, charts=False)
+    assert loads == [] and again.equals(scores)
+
+
+def test_explorer_callbacks_read_the_cache_only(analysed, monkeypatch):
+    run, _ = analysed
+    loads = counting_loads(monkeypatch)
+    ex = AttentionExplorer.from_run(run)
+    assert ex.steps == [0, 10, 30] and ex.step.value == 30 and len(ex.sentences) == 4
+    seen = {ex.map_view.value}
+    for control, value in ((ex.step, 0), (ex.layer, 1), (ex.head, 3), (ex.sentence, 2), (ex.head, 0), (ex.step, 10)):
+        control.value = value
+        assert ex.map_view.value.startswith('<img src="data:image/png;base64,') and ex.map_view.value not in seen
+        seen.add(ex.map_view.value)
+    assert 'step 10' in ex.table.value
+    drawn = ex.renders
+    ex.step.value = 0; ex.step.value = 10                                     # back to drawn views: no new drawing
+    assert ex.renders == drawn and loads == []
+
+
+def test_report_cells_run(analysed):
+    run, _ = analysed
+    cells = report_cells(run.path)
+    assert cells[0].cell_type == 'markdown' and {c.cell_type for c in cells} == {'markdown', 'code'}
+    ns = {'run_dir': str(run.path)}
+    for c in cells:
+        if c.cell_type == 'code': exec(compile(c.source, 'report-cell', 'exec'), ns)
+    assert ns['scores']['step'].nunique() == 3 and (ns['layer'], ns['head']) >= (1, 1)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nbformat.validate(nb)
+
+
+def test_bertviz_export_matches_the_model(analysed):
+    from nl_embryo.attention import default_sentences
+    run, _ = analysed
+    _, maps = load_attention(run)
+    model, tokenizer = run.load(30)
+    for s in range(4):
+        cached = to_bertviz(maps, step=30, sentence=s)
+        k = len(cached['tokens'])
+        assert len(cached['attention']) == 4 and cached['attention'][0].shape == (1, 4, k, k)
+        direct = sentence_attention(model, tokenizer, default_sentences(48)[s])
+        assert direct['tokens'][:k] == cached['tokens']
+        for a, b in zip(direct['attention'], cached['attention']):
+            crop = a[..., :k, :k] / a[..., :k, :k].sum(-1, keepdim=True)     # maps longer than map_len are cropped
+            assert torch.allclose(crop, b, atol=1e-5)

@@ -1,0 +1,232 @@
+"""Browser tests (DESIGN §7): Debian's headless Chromium driven by Playwright, talking to 127.0.0.1 and files only.
+
+(a) A chart saved by `save_chart` as self-contained HTML renders in the browser with no network: a non-empty canvas
+    (vega-embed's default renderer) or SVG, no page error, and no request leaves the machine.
+(b) JupyterLab, started on a free 127.0.0.1 port with a random token, opens the explorer notebook
+    (nbs/tutorials/attention_explorer.ipynb) and runs it; the step slider is moved with the keyboard, the slider's
+    read-out changes, and the attention map (a PNG drawn in the kernel) changes: two screenshots differ. The server is
+    shut down at the end.
+
+The attention tables come from `shifted_attention_model` (every head attends to a fixed neighbour): steps 0, 10 and 30
+hold the diagonal, previous-token and next-token patterns, so every step looks different. Install what these tests
+need with `tools/browser-deps.sh`; NL_EMBRYO_SKIP_BROWSER=1 skips them where no browser can be had, and
+NL_EMBRYO_BROWSER_SHOTS=DIR keeps the explorer's screenshots in DIR.
+"""
+import io, json, os, secrets, shutil, signal, socket, subprocess, sys, time, urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nl_embryo.attention import (attention_grid_chart, attention_tables, pattern_scores_chart, save_chart,
+                                 shifted_attention_model, split_tables)
+from nl_embryo.corpora import char_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPLORER_NB = ROOT/'nbs'/'tutorials'/'attention_explorer.ipynb'
+CHROMIUM = os.environ.get('NL_EMBRYO_CHROMIUM', '/usr/bin/chromium')
+FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+         '--disable-sync', '--no-first-run', '--disable-quic']
+LOCAL = ('file:', 'data:', 'blob:', 'about:', 'http://127.0.0.1', 'ws://127.0.0.1')
+
+
+def _require_browser():
+    if os.environ.get('NL_EMBRYO_SKIP_BROWSER') == '1': pytest.skip('NL_EMBRYO_SKIP_BROWSER=1')
+    missing = []
+    try: import playwright.sync_api  # noqa: F401
+    except ImportError: missing.append('playwright (PyPI)')
+    try: import PIL  # noqa: F401
+    except ImportError: missing.append('pillow (PyPI)')
+    if not os.access(CHROMIUM, os.X_OK): missing.append(f'{CHROMIUM} (Debian chromium)')
+    if missing: pytest.fail(f"the browser tests need {', '.join(missing)}: run tools/browser-deps.sh (or set NL_EMBRYO_SKIP_BROWSER=1)")
+
+
+@pytest.fixture(scope='module')
+def browser():
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True, timeout=60_000)
+        try: yield b
+        finally: b.close()
+
+
+def local_page(browser, **kw):
+    "A page whose requests may reach only files and 127.0.0.1; it records what it blocked and any page error."
+    page = browser.new_page(**kw)
+    page.blocked, page.errors = [], []
+    def route(r):
+        if r.request.url.startswith(LOCAL): r.continue_()
+        else: page.blocked.append(r.request.url); r.abort()
+    page.route('**/*', route)
+    page.on('pageerror', lambda e: page.errors.append(str(e)))
+    return page
+
+
+@pytest.fixture(scope='module')
+def tables():
+    "Attention tables of three 'steps' with clearly different heads: diagonal (0), previous token (10), next token (30)."
+    tok = char_tokenizer('abcdefghij')
+    rng = np.random.default_rng(0)
+    sents = [''.join(rng.choice(list('abcdefghij'), int(rng.integers(4, 14)))) for _ in range(12)]
+    frames = []
+    for step, offset in ((0, 0), (10, -1), (30, 1)):
+        t = attention_tables(shifted_attention_model(offset, vocab_size=len(tok), sharpness=6.0), tok, sents, map_len=16)
+        t.insert(0, 'step', step); frames.append(t)
+    return split_tables(pd.concat(frames, ignore_index=True))
+
+
+def _pixels(png: bytes) -> np.ndarray:
+    from PIL import Image
+    return np.asarray(Image.open(io.BytesIO(png)).convert('RGB'), dtype=np.int16)
+
+
+def test_saved_chart_renders_offline(tmp_path, browser, tables):
+    scores, maps = tables
+    t0 = time.time()
+    for name, chart in (('patterns', pattern_scores_chart(scores)), ('grid', attention_grid_chart(maps))):
+        html = save_chart(chart, tmp_path/name, formats=('html',))['html']
+        page = local_page(browser)
+        page.goto(html.as_uri())
+        page.wait_for_selector('.vega-embed canvas, .vega-embed svg.marks', timeout=30_000)
+        drawn = """() => {
+            const c = document.querySelector('.vega-embed canvas');
+            if (c) {                                              // canvas renderer: count the inked pixels
+                if (!c.width || !c.height) return 0;
+                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                let n = 0;
+                for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240)) n++;
+                return n / 20;
+            }
+            const s = document.querySelector('.vega-embed svg.marks');  // svg renderer: count the marks
+            return s ? s.querySelectorAll('path, rect, line, text').length : 0;
+        }"""
+        try: page.wait_for_function(f"() => ({drawn})() > 100", timeout=30_000)
+        except Exception: pytest.fail(f"{name}: the chart drew {page.evaluate(drawn)} (marks or pixels/20); page errors {page.errors}")
+        box = page.locator('.vega-embed').bounding_box()
+        assert box['width'] > 200 and box['height'] > 150
+        assert page.blocked == [] and page.errors == [], (page.blocked, page.errors)
+        page.close()
+    assert time.time() - t0 < 120
+
+
+# ---- JupyterLab ----------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+def _api(port, token, path, method='GET', timeout=5):
+    req = urllib.request.Request(f'http://127.0.0.1:{port}{path}', method=method, headers={'Authorization': f'token {token}'})
+    with urllib.request.urlopen(req, timeout=timeout) as r: return r.status, r.read()
+
+
+def _children(pid: int) -> list[int]:
+    "Processes started by `pid` (kernels live in sessions of their own, so a process-group kill would miss them)."
+    import psutil
+    try: return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess: return []
+
+
+@pytest.fixture
+def jupyterlab(tmp_path, tables):
+    "A JupyterLab server on a free 127.0.0.1 port, token-protected, serving a copy of the explorer notebook whose run is `tables`."
+    scores, maps = tables
+    run = tmp_path/'run'; (run/'analysis').mkdir(parents=True)
+    scores.to_parquet(run/'analysis'/'attention.parquet'); maps.to_parquet(run/'analysis'/'attention_maps.parquet')
+    lab = tmp_path/'lab'; lab.mkdir()
+    shutil.copy(EXPLORER_NB, lab/'explorer.ipynb')
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, NL_EMBRYO_RUN=str(run), OMP_NUM_THREADS='1', IPYTHONDIR=str(tmp_path/'ipython'),
+               JUPYTER_CONFIG_DIR=str(tmp_path/'jupyter-config'), JUPYTER_RUNTIME_DIR=str(tmp_path/'jupyter-runtime'),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path/'lab-settings'), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path/'lab-workspaces'))
+    news = tmp_path/'lab-settings'/'@jupyterlab'/'apputils-extension'/'notification.jupyterlab-settings'
+    news.parent.mkdir(parents=True); news.write_text(json.dumps({'fetchNews': 'false'}))   # no news prompt over the page
+    log = open(tmp_path/'jupyterlab.log', 'wb')
+    proc = subprocess.Popen([sys.executable, '-m', 'jupyterlab', '--allow-root', '--no-browser', '--ip=127.0.0.1',
+                             f'--port={port}', '--port-retries=0', f'--IdentityProvider.token={token}',
+                             f'--ServerApp.root_dir={lab}', '--LabApp.expose_app_in_browser=True',
+                             '--LabApp.news_url=None', '--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate',
+                             '--LabApp.extension_manager=readonly'],
+                            cwd=lab, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while True:
+            if proc.poll() is not None: pytest.fail(f"jupyterlab exited ({proc.returncode}):\n{(tmp_path/'jupyterlab.log').read_text()[-3000:]}")
+            try:
+                if _api(port, token, '/api/status')[0] == 200: break
+            except OSError: pass
+            if time.time() > deadline: pytest.fail(f"jupyterlab did not answer in 90 s:\n{(tmp_path/'jupyterlab.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield dict(url=f'http://127.0.0.1:{port}/lab/tree/explorer.ipynb?token={token}', log=tmp_path/'jupyterlab.log')
+    finally:
+        kids = _children(proc.pid)
+        try: _api(port, token, '/api/shutdown', method='POST')        # stops the kernels, then the server
+        except OSError: pass
+        try: proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL); proc.wait(timeout=10)
+        for pid in kids:                                               # a kernel the shutdown missed
+            try: os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError: pass
+        log.close()
+
+
+RUN_ALL = """async () => {
+    const app = window.jupyterapp;
+    const panel = app.shell.currentWidget;
+    await panel.context.ready;
+    await panel.sessionContext.ready;
+    await app.commands.execute('notebook:run-all-cells');
+}"""
+
+NOTEBOOK_OPEN = """() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return !!(w && w.sessionContext && w.context && w.content && w.content.widgets && w.content.widgets.length > 0);
+}"""
+
+
+def test_explorer_slider_changes_the_chart_in_jupyterlab(browser, jupyterlab):
+    t0 = time.time()
+    page = local_page(browser, viewport={'width': 1500, 'height': 1100})
+    try:
+        page.goto(jupyterlab['url'], timeout=60_000)
+        page.wait_for_function(NOTEBOOK_OPEN, timeout=60_000)
+        page.evaluate(RUN_ALL)
+        chart = page.locator('.nl-attention-map')
+        try: chart.locator('img').first.wait_for(state='visible', timeout=90_000)
+        except Exception:
+            errs = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+            pytest.fail(f"the explorer did not appear; notebook errors: {errs[-3:]}\nserver log: {jupyterlab['log'].read_text()[-2000:]}")
+        readout = page.locator('.nl-step-slider .widget-readout')
+        assert readout.inner_text().strip() == '30'
+        chart.scroll_into_view_if_needed()
+        before_html, before_png = chart.inner_html(), chart.screenshot()
+
+        page.locator('.nl-step-slider .noUi-handle').focus()
+        page.keyboard.press('ArrowLeft')                                # step 30 -> 10
+        page.wait_for_function("() => document.querySelector('.nl-step-slider .widget-readout').textContent.trim() === '10'",
+                               timeout=30_000)
+        try:                                                            # the kernel redraws: map, scores, then the table
+            page.wait_for_function("() => document.querySelector('.nl-attention-table').textContent.includes('at step 10')",
+                                   timeout=60_000)
+        except Exception: pytest.fail(f"the views were not redrawn for step 10:\n{jupyterlab['log'].read_text()[-2000:]}")
+        assert chart.inner_html() != before_html, 'the map did not change after the slider moved'
+        page.wait_for_timeout(300)
+        after_png = chart.screenshot()
+
+        if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):                   # keep the screenshots for a look
+            shots = Path(os.environ['NL_EMBRYO_BROWSER_SHOTS']); shots.mkdir(parents=True, exist_ok=True)
+            (shots/'explorer-step30.png').write_bytes(before_png); (shots/'explorer-step10.png').write_bytes(after_png)
+            page.screenshot(path=str(shots/'jupyterlab.png'))
+        a, b = _pixels(before_png), _pixels(after_png)
+        h, w = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
+        changed = (np.abs(a[:h, :w] - b[:h, :w]).sum(-1) > 30).mean()
+        assert before_png != after_png and changed > 0.01, f"only {changed:.2%} of the pixels changed"
+        assert page.errors == [], page.errors
+        assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
+    finally:
+        page.close()
+    assert time.time() - t0 < 120

@@ -1,0 +1,49 @@
+"""`nl-embryo demo` end to end through the console script: a short run, the four analyses on a log-spaced subset of
+its checkpoints, the executed report; a second call resumes (no training step is repeated) and rewrites the report."""
+import json
+import os
+import subprocess
+
+import pandas as pd
+
+from conftest import nl_embryo_cmd
+
+SECTIONS = ['Training curves', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge']
+
+
+def demo(out, *args):
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    r = subprocess.run(nl_embryo_cmd('demo', '--out', out, *args), capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, f"nl-embryo demo failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def test_demo_trains_measures_reports_and_resumes(tmp_path):
+    out = tmp_path/'demo'
+    r = demo(out, '--steps', '8', '--analysis-steps', '3')
+    ckpts = sorted(int(p.name[4:]) for p in (out/'checkpoints').iterdir() if p.name.startswith('step'))
+    assert ckpts == [0, 1, 2, 4, 8]
+    assert 'analyses at steps [0, 2, 8]' in r.stdout
+    for name in ('probes', 'reconstruction', 'attention', 'knowledge'):
+        df = pd.read_parquet(out/'analysis'/f'{name}.parquet')
+        assert set(df['step']) == {0, 2, 8}, (name, sorted(set(df['step'])))
+        assert df['value'].notna().any()
+    html = (out/'report.html').read_text()
+    for heading in SECTIONS: assert heading in html, heading
+    assert 'Traceback' not in html and 'cdn.jsdelivr' not in html and html.count('<svg') >= 5
+    nb = json.loads((out/'report.ipynb').read_text())
+    assert not [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if o.get('output_type') == 'error']
+
+    steps_logged = [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()]
+    mtime = (out/'report.html').stat().st_mtime_ns
+    demo(out, '--steps', '8', '--analysis-steps', '3')              # complete run: reused, analyses read their caches
+    assert [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()] == steps_logged
+    assert (out/'report.html').stat().st_mtime_ns > mtime
+
+
+def test_demo_without_analyses_reports_the_training_only(tmp_path):
+    out = tmp_path/'demo'
+    demo(out, '--steps', '2', '--no-analyses')
+    assert not (out/'analysis').exists() or not any((out/'analysis').glob('*.parquet'))
+    html = (out/'report.html').read_text()
+    assert 'Training curves' in html and 'Linear probes' not in html and 'World knowledge' not in html

@@ -1,0 +1,71 @@
+"""The experiment notebooks run through papermill with tiny parameters and write their results table (long frame and
+the transfer table) with one row per L1 / intervention."""
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = {'task', 'kind', 'seed', 'split', 'metric', 'value', 'primary', 'n_train', 'n_eval'}
+TINY = dict(pretrain_steps=2, pretrain_batch_size=2, max_train=16, max_eval=8, finetune_steps=2, finetune_batch_size=4)
+INTERVENTION_ROWS = ['original', 'reversed', 'shuffled', 'clean embeddings', 'oracle', 'rescaled (variance)', 'rescaled (magnitude)',
+                     'last half removed', 'every 2nd removed', 'clean', 'turkish', 'turkish + English embeddings',
+                     'turkish, clean English embeddings', 'majority']
+
+
+@pytest.mark.parametrize('name, row, parameters, rows', [
+    ('l1_transfer', 'l1',
+     dict(l1s=['none', 'nested-zipf-50', 'code', 'english'], substitute=['nested-zipf-50'], adapt=['code'], adapt_steps=1),
+     ['none', 'nested-zipf-50', 'nested-zipf-50 (substitute)', 'code', 'code (adapted)', 'english', 'majority']),
+    ('interventions', 'intervention', {}, INTERVENTION_ROWS),
+])
+def test_experiment_notebook_runs_with_papermill(tmp_path, monkeypatch, name, row, parameters, rows):
+    import papermill as pm
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')          # the kernel inherits it: tiny models, and a CPU shared with others
+    out_dir = tmp_path/'out'
+    t0 = time.perf_counter()
+    pm.execute_notebook(str(ROOT/'nbs'/'experiments'/f'{name}.ipynb'), str(tmp_path/f'{name}.ipynb'),
+                        parameters=dict(TINY, out_dir=str(out_dir), **parameters), kernel_name='python3', progress_bar=False,
+                        cwd=str(tmp_path))
+    seconds = time.perf_counter() - t0
+    results = pd.read_parquet(out_dir/'results.parquet')
+    assert COLUMNS | {row} <= set(results.columns)
+    assert list(dict.fromkeys(results[row])) == rows and set(results['split']) == {'dev', 'test'}
+    assert set(results['task']) == {'sentiment', 'word-order'} and set(results['n_train']) <= {16}
+    assert results['value'].notna().all() and results['value'].between(-1, 1).all()
+    table = pd.read_csv(out_dir/'table.csv', index_col=0)
+    assert list(table.index) == rows and list(table.columns) == ['sentiment', 'word-order', 'avg']
+    assert (table['avg'] - table[['sentiment', 'word-order']].mean(axis=1)).abs().max() < 1e-9
+    test = results[(results['split'] == 'test') & results['primary']].groupby([row, 'task'])['value'].mean().unstack()
+    pd.testing.assert_frame_equal(test.loc[rows, ['sentiment', 'word-order']], table[['sentiment', 'word-order']],
+                                  check_names=False, check_index_type=False)
+    assert any((out_dir/'runs').iterdir())                   # out_dir given: the pre-training runs are kept
+    print(f"{name}: {seconds:.0f} s")
+
+
+def test_objectives_notebook_compares_at_equal_flops(tmp_path, monkeypatch):
+    "BERT, ELECTRA, ALE and SCRIPT get the training FLOPs of the reference's steps: the logged FLOPs agree, the table has a row each."
+    import json
+    import papermill as pm
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    out_dir = tmp_path/'out'
+    pm.execute_notebook(str(ROOT/'nbs'/'experiments'/'objectives.ipynb'), str(tmp_path/'objectives.ipynb'),
+                        parameters=dict(reference_steps=6, batch_size=2, block_size=32, max_train=16, max_eval=8, finetune_steps=2,
+                                        finetune_batch_size=4, out_dir=str(out_dir)),
+                        kernel_name='python3', progress_bar=False, cwd=str(tmp_path))
+    budget = pd.read_csv(out_dir/'budget.csv', index_col=0)
+    assert list(budget.index) == ['bert', 'electra', 'ale', 'script']
+    assert budget.loc['bert', 'steps'] == 6 and budget.loc['script', 'steps'] < budget.loc['bert', 'steps']   # two passes a step
+    assert budget.loc['ale', 'parameters'] < budget.loc['electra', 'parameters']                             # shared layers
+    for arch in budget.index:                                   # what the training loop logged is the budget
+        rows = [json.loads(l) for l in (out_dir/'runs'/arch/'metrics.jsonl').read_text().splitlines()]
+        logged = max(r.get('flops', 0) for r in rows)
+        assert abs(logged - budget.loc[arch, 'training_flops']) <= 1e-6 * logged
+        assert abs(logged / budget.loc['bert', 'training_flops'] - 1) <= 0.5 / budget.loc[arch, 'steps'] + 1e-9
+    results = pd.read_parquet(out_dir/'results.parquet')
+    assert list(dict.fromkeys(results['arch'])) == ['bert', 'electra', 'ale', 'script', 'majority']
+    assert results['value'].notna().all() and set(results['split']) == {'dev', 'test'}
+    table = pd.read_csv(out_dir/'table.csv', index_col=0)
+    assert list(table.index) == ['bert', 'electra', 'ale', 'script', 'majority']
+    assert list(table.columns) == ['sentiment', 'word-order', 'avg']

@@ -1,0 +1,142 @@
+"""Tests of token reconstruction and mask prediction: a copy model reconstructs everything (also through the timeline),
+the whole-word masking protocol, word classes and frequency bins, rescaling, and models without an MLM head."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import nl_embryo.reconstruction as R
+from nl_embryo.core import NlEmbryoError
+from nl_embryo.corpora import get_tokenizer
+from nl_embryo.models import quiet_transformers
+from nl_embryo.probes import align_words
+from nl_embryo.reconstruction import (FREQUENCY_BINS, POS_CLASSES, _all_pieces_correct, analyze_reconstruction, pos_class,
+                                      reconstruction_data, rescale_by_final, train_copy_model, word_correctness)
+from nl_embryo.timeline import Run
+
+
+@pytest.fixture(scope='module', autouse=True)
+def one_thread_on_small_machines():
+    "On 2 cores (CI, shared with other jobs) one torch thread is much faster than two fighting over a core."
+    old = torch.get_num_threads()
+    if (os.cpu_count() or 1) <= 2: torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope='module')
+def tok():
+    return get_tokenizer('english')
+
+
+@pytest.fixture(scope='module')
+def small():
+    return reconstruction_data(n_words=150, per_bin=0, seed=5)
+
+
+@pytest.fixture(scope='module')
+def copier(tok, small):
+    return train_copy_model(tok, small['texts'])
+
+
+def test_copy_model_reconstructs_everything(tok, small, copier):
+    wc = word_correctness(copier, tok, small)
+    ev = wc[wc.evaluated]
+    n_pieces = align_words(tok, small['texts'], small['words']).n_pieces
+    assert len(ev) == len(wc) and ev.reconstructed.all()
+    assert (n_pieces[ev.index] > 1).sum() >= 5                                  # multi-piece words among them
+    assert ev.predicted.mean() < 0.2                                            # it never saw [MASK]
+
+
+def test_copy_model_through_the_timeline(tmp_path, tok, small, copier):
+    folder = tmp_path/'copy'
+    with quiet_transformers(): copier.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    run = Run(folder)                                                           # a model folder: a one-step run
+    df = analyze_reconstruction(run, n_words=150, per_bin=0, seed=5, quiet=True)
+    acc = df[df.metric == 'accuracy'].set_index(['task', 'grouping', 'group'])
+    assert acc.loc[('reconstruction', 'all', 'all'), 'value'] == 1.0
+    assert (acc.loc['reconstruction'].query('n > 0').value == 1.0).all()
+    assert set(df.columns) >= {'step', 'task', 'layer', 'grouping', 'group', 'metric', 'value', 'n'} and set(df.step) == {0}
+    assert (run.path/'analysis'/'reconstruction.parquet').exists() and (run.path/'analysis'/'reconstruction_pos.png').exists()
+    # the demo report's cells read the file (the report's run_dir variable, else the argument); no file: no cells
+    cells = R.report_cells(run.path)
+    ns = {}
+    for c in cells:
+        if c.cell_type == 'code': exec(c.source, ns)
+    assert ns['rec'].equals(df) and R.report_cells(tmp_path/'nothing') == []
+    # a second call is answered from the cache: no checkpoint is loaded, the frame is identical
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))
+        assert analyze_reconstruction(run, n_words=150, per_bin=0, seed=5, quiet=True, charts=False).equals(df)
+
+
+def test_whole_word_exact_match():
+    ok = _all_pieces_correct(np.array([0, 0, 1, 2, 2, 2]), np.array([True, True, True, True, False, True]), 4)
+    assert ok.tolist() == [True, True, False, True]                           # word 3 has no piece: vacuously true, not evaluated
+
+
+@pytest.mark.parametrize('mask_fraction', [0.15, None])
+def test_masking_protocol(monkeypatch, tok, small, copier, mask_fraction):
+    "Every evaluated word is masked, all its pieces, in exactly one copy; a copy masks ~mask_fraction of its words."
+    seen = []
+    real = R._predict
+    def spy(model, head, seqs, positions, *a, **k):
+        seen.append((seqs, positions)); return real(model, head, seqs, positions, *a, **k)
+    monkeypatch.setattr(R, '_predict', spy)
+    word_correctness(copier, tok, small, mask_fraction=mask_fraction)
+    (plain, rec_pos), (copies, masked_pos) = seen
+    al = align_words(tok, small['texts'], small['words'])
+    n_pieces = sum(al.n_pieces[small['words'].target.to_numpy()])
+    assert sum(len(p) for p in masked_pos) == n_pieces == sum(len(p) for p in rec_pos)
+    for s, p in zip(copies, masked_pos):
+        assert (s[p] == tok.mask_token_id).all() and (s == tok.mask_token_id).sum() == len(p)
+    n_words = small['words'].groupby('sent').size().to_numpy()
+    expected = sum(n if mask_fraction is None else int(np.ceil(n / max(1, round(0.15 * n)))) for n in n_words)
+    assert len(copies) == expected
+
+
+def test_word_classes_and_frequency_bins():
+    assert pos_class('vbz') == 'verb' and pos_class('hvd') == 'verb' and pos_class('md') == ''
+    assert pos_class('np-tl') == 'proper noun' and pos_class('cs') == 'preposition' and pos_class('ppss') == ''
+    data = reconstruction_data(n_words=300, per_bin=20, seed=1)
+    w = data['words']
+    for lo, hi in FREQUENCY_BINS:
+        inbin = w[w.freq_bin == f'{lo}–{hi}']
+        assert len(inbin) >= 20 and inbin.freq_rank.between(lo, hi).all() and inbin.target.all()
+    assert (w[w.freq_bin == ''].freq_rank.lt(50) | w[w.freq_bin == ''].freq_rank.gt(99)).all()
+    assert set(w.pos_class) - {''} <= set(POS_CLASSES)
+    assert w.word.str.lower().map(w.groupby(w.word.str.lower()).freq_rank.first()).eq(w.freq_rank).all()   # one rank per type
+
+
+def test_rescale_by_final():
+    df = pd.DataFrame([dict(step=s, task='prediction', grouping='pos', group=g, metric='accuracy', value=v, n=10, layer=4)
+                       for s, g, v in [(0, 'noun', 0.1), (10, 'noun', 0.4), (0, 'verb', 0.0), (10, 'verb', 0.0)]])
+    r = rescale_by_final(df).set_index(['group', 'step']).value
+    assert r['noun', 0] == pytest.approx(0.25) and r['noun', 10] == 1.0 and np.isnan(r['verb', 10])
+
+
+def test_model_without_mlm_head_is_refused(tmp_path, tok, small, monkeypatch):
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    folder = tmp_path/'encoder'
+    with quiet_transformers(): BertModel(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    monkeypatch.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))
+    with pytest.raises(NlEmbryoError, match='without a masked-LM head'):
+        analyze_reconstruction(folder)
+    with pytest.raises(NlEmbryoError, match='no masked-LM head'):
+        word_correctness(BertModel(cfg).eval(), tok, small)
+
+
+def test_empty_request_is_refused():
+    with pytest.raises(NlEmbryoError, match='nothing to evaluate'):
+        reconstruction_data(n_words=0, per_bin=0)
+
+
+def test_folder_without_checkpoints_is_refused(tmp_path):
+    (tmp_path/'checkpoints').mkdir()
+    with pytest.raises(NlEmbryoError, match='no complete checkpoint'):
+        analyze_reconstruction(tmp_path, quiet=True)

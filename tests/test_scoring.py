@@ -1,0 +1,162 @@
+"""Pseudo-log-likelihood: masked PLL against the naive definition and minicons, sub-batching, SCRIPT's eq. 7,
+the static torch-zip reader, and AntiBERTy (a real pre-trained protein MLM) converted without unpickling."""
+import pickle, zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from nl_embryo.core import NlEmbryoError
+from nl_embryo.corpora import get_tokenizer
+from nl_embryo.models import build_model
+from nl_embryo.scoring import masked_pll, script_pll, sentence_scores, read_torch_zip, antiberty_dir, load_antiberty, compare_pll
+
+SENTENCES = ['The committee approved the proposal yesterday .', 'Unbelievably , the metamorphosis happened overnight .',
+             'It was .', 'Congress shall make no law respecting an establishment of religion .']
+
+
+@pytest.fixture(scope='module')
+def bert():
+    tok = get_tokenizer('english')
+    torch.manual_seed(0)
+    model = build_model('bert', 'tiny', vocab_size=len(tok), max_position=64).eval()
+    return model, tok
+
+
+def naive_pll(model, tok, sentences, word_l2r=False):
+    "For each sentence and each non-special position in turn: mask it (and, l2r, the later pieces of its word), run the full model."
+    rows = []
+    for i, s in enumerate(sentences):
+        enc = tok(s, return_special_tokens_mask=True)
+        ids, words = enc['input_ids'], enc.word_ids()
+        for j, special in enumerate(enc['special_tokens_mask']):
+            if special: continue
+            x = torch.tensor([ids]); x[0, j] = tok.mask_token_id
+            if word_l2r:
+                for k in range(j + 1, len(ids)):
+                    if words[k] is not None and words[k] == words[j]: x[0, k] = tok.mask_token_id
+            with torch.no_grad(): lp = torch.log_softmax(model(input_ids=x).logits[0, j], -1)
+            rows.append((i, j, float(lp[ids[j]])))
+    return pd.DataFrame(rows, columns=['sentence', 'position', 'score'])
+
+
+@pytest.mark.parametrize('word_l2r', [False, True])
+def test_masked_pll_equals_naive_reference_and_sub_batching_does_not_change_it(bert, word_l2r):
+    model, tok = bert
+    ref = naive_pll(model, tok, SENTENCES, word_l2r)
+    outs = [masked_pll(model, tok, SENTENCES, word_l2r=word_l2r, max_copies=m) for m in (1, 3, 5, 10_000)]
+    for got in outs:
+        assert got[['sentence', 'position']].reset_index(drop=True).equals(ref[['sentence', 'position']])
+        np.testing.assert_allclose(got.score, ref.score, atol=1e-5)
+    for got in outs[1:]: np.testing.assert_allclose(got.score, outs[0].score, atol=1e-6)
+    # the token frame: indices, tokens and words line up with the tokenizer
+    t = outs[0]
+    assert (t.groupby('sentence').token_index.apply(list) == t.groupby('sentence').size().map(lambda n: list(range(n)))).all()
+    assert t[t.sentence == 1].token.tolist() == tok.tokenize(SENTENCES[1])
+
+
+def test_word_l2r_differs_only_before_the_last_piece(bert):
+    model, tok = bert
+    a = masked_pll(model, tok, SENTENCES[1:2], word_l2r=True).merge(masked_pll(model, tok, SENTENCES[1:2]), on=['sentence', 'position'])
+    multi = a[a.duplicated('word_x', keep=False)]
+    assert len(multi) >= 2, 'the test sentence should contain a word split into pieces'
+    last, first = multi.groupby('word_x').tail(1), multi.groupby('word_x').head(1)
+    np.testing.assert_allclose(last.score_x, last.score_y, atol=1e-6)
+    single = a[~a.duplicated('word_x', keep=False)]
+    np.testing.assert_allclose(single.score_x, single.score_y, atol=1e-6)
+    assert (np.abs(first.score_x.values - first.score_y.values) > 1e-6).all()
+
+
+def test_sentence_scores_and_script_pll_is_eq7(bert):
+    model, tok = bert
+    s = sentence_scores(masked_pll(model, tok, SENTENCES), SENTENCES)
+    assert s.text.tolist() == SENTENCES and np.allclose(s.pll, s['mean'] * s.n_tokens)
+    got = script_pll(model, tok, SENTENCES, batch_size=3)
+    for i, sent in enumerate(SENTENCES):
+        x = torch.tensor([tok(sent)['input_ids']])
+        with torch.no_grad(): log_z = torch.logsumexp(model(input_ids=x).logits[0, 1:-1], -1)
+        np.testing.assert_allclose(got[got.sentence == i].score, torch.nn.functional.logsigmoid(log_z).numpy(), atol=1e-5)
+    c = compare_pll(masked_pll(model, tok, SENTENCES), got)
+    assert list(c.level) == ['token', 'sentence'] and c.n.tolist() == [len(got), len(SENTENCES)]
+
+
+def test_bad_inputs_say_what_to_do(bert):
+    model, tok = bert
+    with pytest.raises(NlEmbryoError, match='at most 64'): masked_pll(model, tok, ['word ' * 100])
+    with pytest.raises(NlEmbryoError, match='no sentences'): masked_pll(model, tok, [])
+    with pytest.raises(NlEmbryoError, match='not a string'): masked_pll(model, tok, ['fine', 3])
+    with pytest.raises(NlEmbryoError, match='max_copies'): masked_pll(model, tok, SENTENCES, max_copies=0)
+    with pytest.raises(NlEmbryoError, match='masked-LM head'): masked_pll(model.bert, tok, SENTENCES)
+
+
+def test_equal_to_minicons(bert, tmp_path):
+    from minicons import scorer
+    model, tok = bert
+    model.save_pretrained(tmp_path); tok.save_pretrained(tmp_path)
+    mc = scorer.MaskedLMScorer(str(tmp_path), 'cpu')
+    mc.tokenizer.batch_encode_plus = mc.tokenizer.__call__    # minicons 0.3.39 calls this; transformers 5 removed it
+    for metric, l2r in (('original', False), ('within_word_l2r', True)):
+        theirs = mc.token_score(SENTENCES, PLL_metric=metric)
+        ours = masked_pll(model, tok, SENTENCES, word_l2r=l2r, max_copies=7)
+        for i, row in enumerate(theirs):
+            np.testing.assert_allclose(ours[ours.sentence == i].score, [s for _, s in row], atol=1e-4)
+
+
+def test_read_torch_zip_matches_torch_and_refuses_code(tmp_path):
+    sd = {'w': torch.randn(3, 5), 'i': torch.arange(12).reshape(3, 4), 'h': torch.randn(4).bfloat16()}
+    sd['view'] = sd['w'].t(); sd['part'] = sd['i'].flatten()[5:9]
+    torch.save(sd, tmp_path/'a.bin')
+    got, ref = read_torch_zip(tmp_path/'a.bin'), torch.load(tmp_path/'a.bin', weights_only=True)
+    assert got.keys() == ref.keys()
+    for k in ref: assert got[k].dtype == ref[k].dtype and torch.equal(got[k], ref[k]), k
+
+    class Evil:
+        def __reduce__(self): return (eval, ("__import__('os').system('touch HACKED')",))
+    with zipfile.ZipFile(tmp_path/'evil.bin', 'w') as zf: zf.writestr('archive/data.pkl', pickle.dumps({'x': Evil()}, protocol=2))
+    with pytest.raises(NlEmbryoError, match=r'names \S*eval'): read_torch_zip(tmp_path/'evil.bin')
+    (tmp_path/'plain.bin').write_bytes(pickle.dumps({'x': 1}))
+    with pytest.raises(NlEmbryoError, match='not a torch zip'): read_torch_zip(tmp_path/'plain.bin')
+
+
+TRASTUZUMAB = ['EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSVKGRFTISADTSKNTAYLQMNSLRAEDTAVYYCSRWGGDGFYAMDYWGQGTLVTVSS',
+               'DIQMTQSPSSLSASVGDRVTITCRASQDVNTAVAWYQQKPGKAPKLLIYSASFLYSGVPSRFSGSRSGTDFTLTISSLQPEDFATYYCQQHYTTPPTFGQGTKVEIK']
+
+
+@pytest.fixture(scope='module')
+def antiberty():
+    from nl_embryo.data import fetch, fetched_path
+    fetch(['antiberty'], quiet=True)
+    return load_antiberty()
+
+
+def test_antiberty_conversion_is_exact_and_safetensors_only(antiberty):
+    from nl_embryo.data import fetched_path
+    from safetensors.torch import load_file
+    folder = antiberty_dir()
+    assert sorted(p.name for p in folder.glob('*.bin')) == [] and (folder/'model.safetensors').exists()
+    # cross-check of the static reader against torch's restricted loader, on this file only
+    src = fetched_path('antiberty')/'antiberty'/'trained_models'/'AntiBERTy_md_smooth'/'pytorch_model.bin'
+    ref = torch.load(src, weights_only=True, map_location='cpu')
+    saved = load_file(str(folder/'model.safetensors'))
+    for k, v in saved.items(): assert torch.equal(v, ref[k]), k
+    model, tok = antiberty
+    assert torch.equal(model.cls.predictions.decoder.weight, ref['cls.predictions.decoder.weight'])
+    vocab = (src.parent.parent/'vocab.txt').read_text().split()
+    assert tok.convert_ids_to_tokens(tok('ACDY')['input_ids']) == ['[CLS]', 'A', 'C', 'D', 'Y', '[SEP]']
+    assert [tok.convert_tokens_to_ids(t) for t in vocab] == list(range(len(vocab)))
+
+
+def test_antiberty_pll_is_finite_and_prefers_real_sequences(antiberty):
+    from nl_embryo.data import load_proteins
+    model, tok = antiberty
+    rng = np.random.default_rng(0)
+    real = [s[:40] for s in TRASTUZUMAB]
+    shuffled = [''.join(rng.permutation(list(s))) for s in real for _ in range(2)]
+    proteome = [s[:25] for s in load_proteins(min_length=25).sequence.iloc[:2]]
+    s = sentence_scores(masked_pll(model, tok, real + shuffled + proteome, max_copies=64))
+    assert np.isfinite(s.pll).all() and (s.pll < 0).all()
+    assert s.n_tokens.tolist() == [len(x) for x in real + shuffled + proteome]
+    m = s['mean'].to_numpy()
+    assert m[:2].mean() > m[2:6].mean() + 1.0                      # real antibodies far above their shuffled copies
+    assert all(m[i] > max(m[2 + 2 * i], m[3 + 2 * i]) for i in range(2))
