@@ -1,5 +1,6 @@
 """Knowledge probes: the single-token answer filter (WordPiece and byte-level BPE), the probe's ranks, knowledge
-injection, a small pre-training on a facts-heavy corpus that learns its facts, and analyze_knowledge's outputs."""
+injection, and analyze_knowledge's outputs. That a model pre-trained on injected facts learns them (and not the held-out
+ones) is the last example of nbs/12_knowledge.ipynb, run by nbdev_test in CI: about 750 steps of pre-training."""
 import json
 
 import numpy as np
@@ -94,27 +95,26 @@ def test_injected_corpus_mixes_paraphrases_at_the_rate_and_keeps_held_out_facts_
 
 @pytest.fixture(scope='module')
 def facts_run(tmp_path_factory):
-    "About a minute of pre-training a tiny BERT on a facts-heavy corpus (90% fact sentences, 12 facts)."
+    "A few steps of pre-training a tiny BERT on a facts-heavy corpus (90% fact sentences, 12 facts): outputs, not learning."
     from nl_embryo.pretrain import PretrainConfig, pretrain
     tok = get_tokenizer('english')
     facts = load_facts(['city_country', 'language', 'currency'])
     ok = fact_queries(facts, tok, 'all')[['relation', 'subject']].drop_duplicates()
     facts = facts.merge(ok).groupby('relation').head(4)
     spec = inject_facts(facts, rate=0.9, max_base_sentences=30, name='test-facts-heavy')
-    run = pretrain(PretrainConfig(out=str(tmp_path_factory.mktemp('k')/'run'), corpus=spec.name, block_size=BLOCK, batch_size=32,
+    run = pretrain(PretrainConfig(out=str(tmp_path_factory.mktemp('k')/'run'), corpus=spec.name, block_size=BLOCK, batch_size=8,
                                   steps=STEPS, lr=1e-3, checkpoints=f'0,{STEPS}', eval_batches=1), quiet=True)
     return run, facts
 
-BLOCK, STEPS = 16, 300
+BLOCK, STEPS = 16, 6
 
 
-def test_a_model_pretrained_on_injected_facts_knows_them(facts_run):
+def test_a_model_at_step_0_knows_no_fact(facts_run):
     run, facts = facts_run
     p = knowledge_predictions(run, facts=facts, templates='all', quiet=True)
     s = knowledge_scores(p).query("relation == 'mean' and metric == 'p@1'").set_index(['step', 'template_kind']).value
-    assert s[0, 'paraphrase'] == 0
-    assert s[STEPS, 'paraphrase'] >= 0.75, s                        # the sentences it saw
-    assert s[STEPS, 'probe'] > 0.25, s                               # the held-out template: some transfer
+    assert s[0, 'paraphrase'] == 0 and s[0, 'probe'] == 0
+    assert set(p['step']) == {0, STEPS} and (p['rank'] >= 1).all()
 
 
 def test_analyze_knowledge_writes_tidy_scores_and_charts(facts_run, tmp_path):
