@@ -1,4 +1,4 @@
-"""Shared fixtures: the repo's venv executables and small pre-training corpora."""
+"""Shared fixtures: the repo's venv executables, small pre-training corpora, one torch thread, the headless browser."""
 import os, sys
 from pathlib import Path
 import pytest
@@ -17,3 +17,40 @@ def small_corpus():
     "A small nested-zipf corpus in the English id space (built once per cache)."
     from nl_embryo.corpora import build_corpus
     return build_corpus('nested-zipf', block_size=32, n_tokens=40_000, quiet=True)
+
+
+@pytest.fixture(scope='module')
+def one_torch_thread():
+    "Small models on 2 shared cores: one intra-op thread is several times faster than two that spin-wait (restored afterwards)."
+    import torch
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+CHROMIUM = os.environ.get('NL_EMBRYO_CHROMIUM', '/usr/bin/chromium')
+FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+         '--disable-sync', '--no-first-run', '--disable-quic']
+
+
+def require_browser():
+    "Fail (not skip) when Playwright, Pillow or Debian's chromium is missing; NL_EMBRYO_SKIP_BROWSER=1 skips on purpose."
+    if os.environ.get('NL_EMBRYO_SKIP_BROWSER') == '1': pytest.skip('NL_EMBRYO_SKIP_BROWSER=1')
+    missing = []
+    try: import playwright.sync_api  # noqa: F401
+    except ImportError: missing.append('playwright (PyPI)')
+    try: import PIL  # noqa: F401
+    except ImportError: missing.append('pillow (PyPI)')
+    if not os.access(CHROMIUM, os.X_OK): missing.append(f'{CHROMIUM} (Debian chromium)')
+    if missing: pytest.fail(f"the browser tests need {', '.join(missing)}: run tools/browser-deps.sh (or set NL_EMBRYO_SKIP_BROWSER=1)")
+
+
+@pytest.fixture(scope='module')
+def browser():
+    "Debian's headless chromium driven by Playwright (DESIGN §7), one per test module."
+    require_browser()
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True, timeout=60_000)
+        try: yield b
+        finally: b.close()

@@ -6,7 +6,6 @@ Known answers come from models built by hand: `shifted_attention_model(offset)` 
 timeline tests; its attention is measured on English sentences.
 """
 import types
-from pathlib import Path
 
 import nbformat
 import numpy as np

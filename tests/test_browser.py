@@ -19,37 +19,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+
 from nl_embryo.attention import (attention_grid_chart, attention_tables, pattern_scores_chart, save_chart,
                                  shifted_attention_model, split_tables)
 from nl_embryo.corpora import char_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLORER_NB = ROOT/'nbs'/'tutorials'/'attention_explorer.ipynb'
-CHROMIUM = os.environ.get('NL_EMBRYO_CHROMIUM', '/usr/bin/chromium')
-FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-         '--disable-sync', '--no-first-run', '--disable-quic']
 LOCAL = ('file:', 'data:', 'blob:', 'about:', 'http://127.0.0.1', 'ws://127.0.0.1')
-
-
-def _require_browser():
-    if os.environ.get('NL_EMBRYO_SKIP_BROWSER') == '1': pytest.skip('NL_EMBRYO_SKIP_BROWSER=1')
-    missing = []
-    try: import playwright.sync_api  # noqa: F401
-    except ImportError: missing.append('playwright (PyPI)')
-    try: import PIL  # noqa: F401
-    except ImportError: missing.append('pillow (PyPI)')
-    if not os.access(CHROMIUM, os.X_OK): missing.append(f'{CHROMIUM} (Debian chromium)')
-    if missing: pytest.fail(f"the browser tests need {', '.join(missing)}: run tools/browser-deps.sh (or set NL_EMBRYO_SKIP_BROWSER=1)")
-
-
-@pytest.fixture(scope='module')
-def browser():
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True, timeout=60_000)
-        try: yield b
-        finally: b.close()
 
 
 def local_page(browser, **kw):

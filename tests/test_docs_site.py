@@ -9,17 +9,16 @@ with `build_docs`, in a small project in a temporary folder (same settings, site
 request a page may try to send out is MathJax's loader (it typesets `$…$` when the reader is online); it is blocked
 here, and its failed load is the only console error allowed.
 """
-import os, shutil, time
+import shutil, time
 from pathlib import Path
 
 import pytest
 
+from conftest import require_browser
+
 from nl_embryo.docs import build_docs
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get('NL_EMBRYO_CHROMIUM', '/usr/bin/chromium')
-FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-         '--disable-sync', '--no-first-run', '--disable-quic']
 LOCAL = ('file:', 'data:', 'blob:', 'about:')
 PAGES = {  # page -> (its notebook in nbs/, the fewest charts it must draw)
     'index.html': ('index.ipynb', 2),
@@ -27,15 +26,6 @@ PAGES = {  # page -> (its notebook in nbs/, the fewest charts it must draw)
     'tutorials/first_embryo.html': ('tutorials/first_embryo.ipynb', 4),
 }
 OPTIONAL = ('mathjax',)   # the only remote script a page may ask for
-
-
-def _require_browser():
-    if os.environ.get('NL_EMBRYO_SKIP_BROWSER') == '1': pytest.skip('NL_EMBRYO_SKIP_BROWSER=1')
-    missing = []
-    try: import playwright.sync_api  # noqa: F401
-    except ImportError: missing.append('playwright (PyPI)')
-    if not os.access(CHROMIUM, os.X_OK): missing.append(f'{CHROMIUM} (Debian chromium)')
-    if missing: pytest.fail(f"the docs browser test needs {', '.join(missing)}: run tools/browser-deps.sh (or set NL_EMBRYO_SKIP_BROWSER=1)")
 
 
 def _fresh_fallback_site(docs: Path) -> bool:
@@ -60,19 +50,9 @@ def _build_pages(tmp: Path) -> Path:
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
-    _require_browser()
+    require_browser()
     docs = ROOT/'_docs'
     return docs if _fresh_fallback_site(docs) else _build_pages(tmp_path_factory.mktemp('docs'))
-
-
-@pytest.fixture(scope='module')
-def browser():
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True, timeout=60_000)
-        try: yield b
-        finally: b.close()
 
 
 CHARTS = """() => {

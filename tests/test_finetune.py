@@ -17,12 +17,7 @@ from nl_embryo.tasks import load_task, task_from_file
 MICRO = SizePreset('micro', hidden=64, layers=2, heads=2, intermediate=128)
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_thread():
-    "Micro models train as fast on one thread, and a CPU shared with other jobs does not stall them (OpenMP spin-waits)."
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.fixture(scope='module')

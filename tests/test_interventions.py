@@ -59,16 +59,11 @@ def hidden(m, x=None):
 def params(m): return {n: p.detach().clone() for n, p in net(m).named_parameters()}
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_thread():
-    "Many small tensor ops: on 2 shared cores one intra-op thread is several times faster (restored afterwards)."
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.fixture(scope='module')
-def models(one_thread):
+def models(one_torch_thread):
     return {a: make(a) for a in ARCHS}
 
 

@@ -1,7 +1,6 @@
 """Knowledge probes: the single-token answer filter (WordPiece and byte-level BPE), the probe's ranks, knowledge
 injection, and analyze_knowledge's outputs. That a model pre-trained on injected facts learns them (and not the held-out
 ones) is the last example of nbs/12_knowledge.ipynb, run by nbdev_test in CI: about 750 steps of pre-training."""
-import json
 
 import numpy as np
 import pandas as pd

@@ -1,5 +1,5 @@
 """Integration and fault tests of pre-training: exact resume after SIGKILL, 2-process Accelerate, bad input."""
-import json, os, signal, subprocess, sys, time, errno
+import json, os, signal, subprocess, time, errno
 from pathlib import Path
 
 import numpy as np

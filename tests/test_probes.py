@@ -1,7 +1,6 @@
 """Tests of the probes chapter that do not fit the notebook: planted signals for every solver, selectivity, alignment of
 multi-piece words against a direct computation, streaming, the cache of analyze_probes, bad input, offline charts."""
-import os, shutil, subprocess, warnings
-from pathlib import Path
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -18,13 +17,7 @@ from nl_embryo.timeline import Run
 
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_thread_on_small_machines():
-    "On 2 cores (CI, shared with other jobs) one torch thread is much faster than two fighting over a core."
-    old = torch.get_num_threads()
-    if (os.cpu_count() or 1) <= 2: torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 def planted(n=2400, layers=6, d=32, classes=5, at=3, seed=0):
     "Features where the label is linearly decodable at layer `at` only."
@@ -217,11 +210,11 @@ def test_folder_without_checkpoints_is_refused(tmp_path):
         analyze_probes(tmp_path, quiet=True)
 
 
-CHROMIUM = os.environ.get('NL_EMBRYO_CHROMIUM', '/usr/bin/chromium')
+from conftest import CHROMIUM, require_browser
 
 
-@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK) or os.environ.get('NL_EMBRYO_SKIP_BROWSER') == '1', reason='no chromium')
 def test_chart_html_renders_offline(tmp_path):
+    require_browser()
     from nl_embryo.probes import probe_curves_chart, save_chart
     df = pd.DataFrame([dict(step=s, task='pos', layer=l, metric=m, value=0.5 + 0.01 * s * l) for s in (0, 1, 10) for l in range(3)
                        for m in ('accuracy', 'majority')])

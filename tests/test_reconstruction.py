@@ -1,11 +1,9 @@
 """Tests of token reconstruction and mask prediction: a copy model reconstructs everything (also through the timeline),
 the whole-word masking protocol, word classes and frequency bins, rescaling, and models without an MLM head."""
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 import nl_embryo.reconstruction as R
 from nl_embryo.core import NlEmbryoError
@@ -17,13 +15,7 @@ from nl_embryo.reconstruction import (FREQUENCY_BINS, POS_CLASSES, _all_pieces_c
 from nl_embryo.timeline import Run
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_thread_on_small_machines():
-    "On 2 cores (CI, shared with other jobs) one torch thread is much faster than two fighting over a core."
-    old = torch.get_num_threads()
-    if (os.cpu_count() or 1) <= 2: torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.fixture(scope='module')
