@@ -242,13 +242,17 @@ class LinearProbes:
     def _z(self, X):
         return (_layers_first(X, self.weight.device) - self.mean[:, None, :]) / self.std[:, None, :]
 
-def _layers_first(X, device) -> torch.Tensor:
-    "Features (N, L, D) as a float32 tensor (L, N, D) on `device`."
+def _as_float32(X, device) -> torch.Tensor:
+    "Features (N, L, D) (an array, a memory-mapped array or a tensor) as a float32 tensor on `device`."
     if isinstance(X, torch.Tensor): t = X
     else:
         a = np.ascontiguousarray(X)
         t = torch.from_numpy(a) if a.flags.writeable else torch.tensor(a)       # a read-only memmap: copy
-    return t.to(device=device, dtype=torch.float32).transpose(0, 1).contiguous()
+    return t.to(device=device, dtype=torch.float32)
+
+def _layers_first(X, device) -> torch.Tensor:
+    "Features (N, L, D) as a float32 tensor (L, N, D) on `device`."
+    return _as_float32(X, device).transpose(0, 1).contiguous()
 
 def _moments(X, device, chunk: int = 16384):
     "Per-layer mean and standard deviation (L, D) of features X (N, L, D), read in chunks."
@@ -260,30 +264,84 @@ def _moments(X, device, chunk: int = 16384):
     std = ((s2 / n - mean * mean).clamp_min(0) * n / max(n - 1, 1)).sqrt()
     return mean.float(), std.float().clamp_min(1e-6)
 
-def _loss_grad(W, b, Z, y, wd, r=None):
-    """Per-layer objective (mean cross-entropy + wd/2 * sum_k r_k ||W_k||^2, r = 1 by default) and its gradients,
-    for W (L,D,C), b (L,C), Z (L,N,D), y (N,), r (L,D)."""
-    L, N, _ = Z.shape
-    lp = torch.log_softmax(torch.baddbmm(b[:, None, :], Z, W), -1)             # (L, N, C)
-    yi = y.view(1, N, 1).expand(L, N, 1)
-    rW = W if r is None else W * r[:, :, None]
-    f = -lp.gather(2, yi).sum((1, 2)) / N + 0.5 * wd * (W * rW).sum((1, 2))
-    R = lp.exp_()
-    R.scatter_add_(2, yi, torch.full((L, N, 1), -1.0, device=Z.device)).div_(N)  # (softmax - one-hot) / N
-    return f, torch.baddbmm(rW, Z.transpose(1, 2), R, beta=wd), R.sum(1)
+def _standardised(X, device, chunk: int = 1024):
+    """Features X (N, L, D) standardised per layer and dimension, as a float32 tensor (L, D, N) on `device` (examples
+    last: the long dimension of the probes' products), with the mean and standard deviation (L, D). Two passes over X
+    in chunks (a memory-mapped X is read chunk by chunk): the mean, then the centred values and their spread."""
+    N, L, D = X.shape
+    rows = lambda i: _as_float32(X[i:i + chunk], device)                          # (n, L, D)
+    s = torch.zeros((L, D), dtype=torch.float64, device=device)
+    for i in range(0, N, chunk): s += rows(i).sum(0).double()                   # float32 within a chunk, float64 across
+    mean = (s / max(N, 1)).float()
+    Z = torch.empty((L, D, N), device=device)
+    s2 = torch.zeros((L, D), dtype=torch.float64, device=device)
+    for i in range(0, N, chunk):
+        z = rows(i) - mean
+        s2 += (z * z).sum(0).double()
+        Z[:, :, i:i + chunk] = z.permute(1, 2, 0)
+    std = (s2 / max(N - 1, 1)).sqrt().float().clamp_min(1e-6)
+    Z *= (1 / std)[:, :, None]
+    return Z, mean, std
 
-def _lbfgs(Z, y, C, wd, max_iter=300, tol=1e-4, history=10, c1=1e-4, r=None):
-    "Per-layer L-BFGS (own history, step and stopping), the active layers evaluated in one batched product."
-    L, N, D = Z.shape
-    ra = r
-    dev = Z.device
-    unpack = lambda x: (x[:, :D * C].view(-1, D, C), x[:, D * C:])
-    X = torch.zeros((L, D * C + C), device=dev)
-    iters = np.zeros(L, int); act = list(range(L)); Za = Z; n_eval = 0
-    def fg(x):
-        W, b = unpack(x); f, gW, gb = _loss_grad(W, b, Za, y, wd, ra)
-        return f, torch.cat([gW.flatten(1), gb], 1)
-    x = X.clone(); f, g = fg(x); n_eval += 1
+def _preconditioner(Z, wd, max_rows: int = 2048):
+    """P (L, D, D), its inverse, and r (L, D) with P^T P = diag(r): with W = P W' the objective in W' has the same minimiser and the
+    regulariser wd/2 sum_k r_k ||W'_k||^2. P = V (S + wd)^(-1/2), V and S the eigenvectors and -values of each layer's
+    covariance, estimated on at most `max_rows` evenly spaced examples of Z (L, D, N): P only conditions the problem,
+    the objective is the same for any P of this form."""
+    N = Z.shape[2]
+    Zs = Z if N <= max_rows else Z[:, :, torch.linspace(0, N - 1, max_rows, device=Z.device).long()]
+    s, V = torch.linalg.eigh(torch.bmm(Zs, Zs.transpose(1, 2)) / Zs.shape[2])
+    inv = (s.clamp_min(0) + wd).rsqrt()
+    return V * inv[:, None, :], V.transpose(1, 2) / inv[:, :, None], inv * inv
+
+def _loss_grad(x, Z, y, wd, P, r, C):
+    """Objective (mean cross-entropy + wd/2 sum_k r_k ||W'_k||^2) and its gradient per layer at x = [W' (D*C), b (C)]
+    (one row per layer, W = P W'), for standardised features Z (l, D, N) and labels y (N,)."""
+    l, D, N = Z.shape
+    Wp, b = x[:, :D * C].view(l, D, C), x[:, D * C:]
+    lp = torch.log_softmax(torch.baddbmm(b[:, :, None], torch.bmm(P, Wp).transpose(1, 2), Z), 1)      # (l, C, N)
+    yi = y.view(1, 1, N).expand(l, 1, N)
+    rW = Wp * r[:, :, None]
+    f = -lp.gather(1, yi).sum((1, 2)) / N + 0.5 * wd * (Wp * rW).sum((1, 2))
+    R = lp.exp_()
+    R.scatter_add_(1, yi, torch.full((l, 1, N), -1.0, device=Z.device)).div_(N)                       # (softmax - one-hot) / N
+    gW = torch.baddbmm(rW, P.transpose(1, 2), torch.bmm(R, Z.transpose(1, 2)).transpose(1, 2), beta=wd)
+    return f, torch.cat([gW.flatten(1), R.sum(2)], 1)
+
+def _column_blocks(Z1, y, blocks: int):
+    """One layer's features Z1 (D, N) as `blocks` column blocks (blocks, D, m), zero-padded to blocks * m columns,
+    with the labels in the same blocks and a 0/1 mask of the real columns (blocks, 1, m)."""
+    D, N = Z1.shape
+    m = -(-N // blocks)
+    Zb = torch.zeros((blocks, D, m), device=Z1.device)
+    for k in range(blocks): Zb[k, :, :max(0, min(m, N - k * m))] = Z1[:, k * m:(k + 1) * m]
+    yb = torch.zeros(blocks * m, dtype=y.dtype, device=y.device); yb[:N] = y
+    valid = torch.zeros(blocks * m, device=Z1.device); valid[:N] = 1
+    return Zb, yb.view(blocks, 1, m), valid.view(blocks, 1, m)
+
+def _loss_grad_blocks(x, Zb, yb, valid, n, wd, P, r, C):
+    """`_loss_grad` for one layer held in column blocks (`_column_blocks`, n real columns): on the CPU the blocks'
+    products run in parallel, where one product with few output rows (the classes) would use the cores poorly."""
+    B, D, m = Zb.shape
+    Wp, b = x[:, :D * C].view(D, C), x[0, D * C:]
+    lp = torch.log_softmax(torch.baddbmm(b[None, :, None], (P[0] @ Wp).T.expand(B, C, D), Zb), 1)   # (B, C, m)
+    rW = Wp * r[0][:, None]
+    f = -(lp.gather(1, yb) * valid).sum() / n + 0.5 * wd * (Wp * rW).sum()
+    R = lp.exp_()
+    R.scatter_add_(1, yb, torch.full_like(valid, -1.0)).mul_(valid / n)
+    gW = wd * rW + P[0].T @ torch.bmm(R, Zb.transpose(1, 2)).sum(0).T
+    return f[None], torch.cat([gW.flatten(), R.sum((0, 2))])[None]
+
+def _lbfgs(fg, x0, max_iter=300, tol=1e-3, history=10, c1=1e-4, min_iter=3):
+    """Per-layer L-BFGS (own history, step and stopping) from x0 (L, dim): `fg(x, act)` gives the objectives and
+    gradients (l,), (l, dim) of the layers `act` (a list of indices) at x (l, dim). A layer stops when an iteration
+    lowers its objective by less than `tol` of its value (not before `min_iter` iterations: the first steps from a
+    warm start are short). Returns x (L, dim) and info."""
+    L = len(x0)
+    dev = x0.device
+    X = x0.clone()
+    iters = np.zeros(L, int); act = list(range(L)); n_eval = 0
+    x = X.clone(); f, g = fg(x, act); n_eval += 1
     S, Yh, rho = [], [], []
     gamma = torch.ones(L, device=dev)
     for it in range(max_iter):
@@ -299,7 +357,7 @@ def _lbfgs(Z, y, C, wd, max_iter=300, tol=1e-4, history=10, c1=1e-4, r=None):
         t = torch.ones(len(act), device=dev) if S else torch.clamp(1.0 / g.abs().sum(1), max=1.0)
         for _ in range(30):                                          # Armijo backtracking, per layer
             xn = x + t[:, None] * d
-            fn, gn = fg(xn); n_eval += 1
+            fn, gn = fg(xn, act); n_eval += 1
             ok = fn <= f + c1 * t * gd + 1e-6 * f.abs()              # (room for float32 rounding)
             if bool(ok.all()): break
             t = torch.where(ok, t, 0.5 * t)
@@ -309,6 +367,7 @@ def _lbfgs(Z, y, C, wd, max_iter=300, tol=1e-4, history=10, c1=1e-4, r=None):
         if len(S) > history: S.pop(0); Yh.pop(0); rho.pop(0)
         gamma = torch.where(good, sy / (y_ * y_).sum(1).clamp_min(1e-20), gamma)
         done = ((f - fn).abs() <= tol * fn.abs().clamp_min(1e-3)) | (gn.abs().amax(1) <= 1e-7)
+        if it + 1 < min_iter: done &= gn.abs().amax(1) <= 1e-7
         x, f, g = xn, fn, gn
         iters[act] += 1
         if bool(done.any()) or it == max_iter - 1:
@@ -316,19 +375,58 @@ def _lbfgs(Z, y, C, wd, max_iter=300, tol=1e-4, history=10, c1=1e-4, r=None):
             keep = ~done
             if not bool(keep.any()) or it == max_iter - 1: break
             act = [a for a, k in zip(act, keep.tolist()) if k]
-            Za = Z[act]; ra = r[act] if r is not None else None
             x, f, g, gamma = x[keep], f[keep], g[keep], gamma[keep]
             S = [v[keep] for v in S]; Yh = [v[keep] for v in Yh]; rho = [v[keep] for v in rho]
-    W, b = unpack(X)
-    return W.contiguous(), b.contiguous(), dict(iterations=iters.tolist(), evaluations=n_eval)
+    return X, dict(iterations=iters.tolist(), evaluations=n_eval)
 
-def _preconditioner(Z, wd):
-    """P (L, D, D) and r (L, D) such that with W = P W' the objective in W' has the same minimiser and a regulariser
-    wd/2 sum_k r_k ||W'_k||^2: P = V (S + wd)^(-1/2), V and S the eigenvectors and -values of each layer's covariance."""
-    cov = torch.bmm(Z.transpose(1, 2), Z).double() / Z.shape[1]
-    s, V = torch.linalg.eigh(cov)
-    inv = (s.clamp_min(0) + wd).rsqrt()
-    return (V * inv[:, None, :]).float(), (inv * inv).float()
+@functools.lru_cache(maxsize=1)
+def _cache_bytes() -> int:
+    "The size of the CPU's last-level (L3) cache, read from sysfs (32 MiB when it cannot be read)."
+    try:
+        for idx in sorted(Path('/sys/devices/system/cpu/cpu0/cache').glob('index*')):
+            if (idx/'level').read_text().strip() == '3':
+                v = (idx/'size').read_text().strip()
+                return int(v[:-1]) * {'K': 2**10, 'M': 2**20, 'G': 2**30}[v[-1]] if v[-1] in 'KMG' else int(v)
+    except (OSError, ValueError, KeyError): pass
+    return 32 * 2**20
+
+def _layer_groups(Z) -> list[tuple[int, int]]:
+    """The layers of Z (L, D, N) fitted together: all at once on a GPU; on the CPU as many as fill half the last-level
+    cache (at least one), so that the ~100 passes of L-BFGS over a group's features read them from the cache, not
+    from memory."""
+    L, D, N = Z.shape
+    if Z.device.type != 'cpu': return [(0, L)]
+    per = max(1, int(_cache_bytes() // 2 // (D * N * 4)))
+    return [(i, min(L, i + per)) for i in range(0, L, per)]
+
+def _fit_lbfgs(Z, y, C, wd, max_iter, tol):
+    """Preconditioned per-layer L-BFGS over standardised Z (L, D, N), by groups of layers: W (L, D, C), b (L, C), info.
+    A group after the first starts from the solution of the layer below it (adjacent layers' features are alike)."""
+    L, D, N = Z.shape
+    P, Pinv, r = _preconditioner(Z, wd)
+    xs, iters, evals = [], [], 0
+    for a, b in _layer_groups(Z):
+        x0 = None
+        if xs:                                        # the layer below's weights, in this group's coordinates
+            below = xs[-1][-1]
+            W_below = P[a - 1] @ below[:D * C].view(D, C)
+            x0 = torch.cat([torch.bmm(Pinv[a:b], W_below.expand(b - a, D, C)).flatten(1), below[D * C:].expand(b - a, C)], 1)
+        if x0 is None: x0 = torch.zeros((b - a, D * C + C), device=Z.device)
+        if b - a == 1 and Z.device.type == 'cpu' and torch.get_num_threads() > 1:
+            blocks = _column_blocks(Z[a], y, torch.get_num_threads())
+            fg = lambda x, act, Pa=P[a:b], ra=r[a:b], blocks=blocks: _loss_grad_blocks(x, *blocks, N, wd, Pa, ra, C)
+        else:
+            cached = {}
+            def fg(x, act, a=a):
+                key = tuple(act)
+                if key not in cached:                 # the features of the layers still running (a copy when some stopped)
+                    idx = [a + i for i in act]; cached.clear()
+                    cached[key] = (Z[a:a + len(idx)] if idx == list(range(a, a + len(idx))) else Z[idx], P[idx], r[idx])
+                return _loss_grad(x, *cached[key][:1], y, wd, *cached[key][1:], C)
+        x, info = _lbfgs(fg, x0, max_iter, tol)
+        xs.append(x); iters += info['iterations']; evals += info['evaluations']
+    x = torch.cat(xs)
+    return torch.bmm(P, x[:, :D * C].view(L, D, C)), x[:, D * C:].contiguous(), dict(iterations=iters, evaluations=evals)
 
 def _adam(X, y, C, wd, mean, std, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
     "Minibatch Adam on all layers; each layer keeps the weights of its best dev-accuracy epoch."
@@ -359,13 +457,13 @@ def _adam(X, y, C, wd, mean, std, X_dev, y_dev, lr, batch_size, epochs, patience
     return bestW, bestb, dict(epochs=epoch, dev_accuracy=best.tolist())
 
 def _sklearn(Z, y, C, wd, max_iter):
-    "scikit-learn's LogisticRegression (lbfgs) on each layer of standardised Z (L, N, D), same objective."
+    "scikit-learn's LogisticRegression (lbfgs) on each layer of standardised Z (L, D, N), same objective."
     from sklearn.linear_model import LogisticRegression
-    L, N, D = Z.shape
+    L, D, N = Z.shape
     classes = np.unique(y)
     W, b, its = np.zeros((L, D, C), np.float32), np.full((L, C), -1e4, np.float32), []
     for l in range(L):
-        clf = LogisticRegression(C=1.0 / (wd * N), max_iter=max_iter).fit(Z[l].cpu().numpy().astype(np.float64), y)
+        clf = LogisticRegression(C=1.0 / (wd * N), max_iter=max_iter).fit(Z[l].T.cpu().numpy().astype(np.float64), y)
         W[l][:, classes] = clf.coef_.T; b[l][classes] = clf.intercept_; its.append(int(np.max(clf.n_iter_)))
     return torch.from_numpy(W).to(Z.device), torch.from_numpy(b).to(Z.device), dict(iterations=its)
 
@@ -380,11 +478,12 @@ def _torch_threads(n: int | None):
 
 SMALL_PROBE = 2e8   # layers x examples x dim x classes below which a CPU fit runs on one thread
 
-def fit_probes(X, y, n_classes: int | None = None, solver: str = 'lbfgs', weight_decay: float = 1e-3, tol: float = 1e-4,
+def fit_probes(X, y, n_classes: int | None = None, solver: str = 'lbfgs', weight_decay: float = 1e-3, tol: float = 1e-3,
                max_iter: int = 300, X_dev=None, y_dev=None, lr: float = 3e-3, batch_size: int = 256, epochs: int = 100,
                patience: int = 5, seed: int = 0, device=None, threads: int | None = None) -> LinearProbes:
-    """Fit a linear probe on every layer of features `X` (N, L, D) for integer labels `y` (N,), all layers at once.
-    `solver`: 'lbfgs' (default; `tol`, `max_iter`), 'adam' (minibatch, early stopping on `X_dev`, `y_dev`: `lr`,
+    """Fit a linear probe on every layer of features `X` (N, L, D) for integer labels `y` (N,), in one call.
+    `solver`: 'lbfgs' (default; a layer stops when one iteration lowers its objective by less than `tol` of its value,
+    or after `max_iter`), 'adam' (minibatch, early stopping on `X_dev`, `y_dev`: `lr`,
     `batch_size`, `epochs`, `patience`) or 'sklearn'. `device`: default CUDA when available. `threads`: torch threads
     on the CPU (default: one for a small problem, where starting threads costs more than it saves; else unchanged)."""
     n_classes_ = int(n_classes or (np.max(y) + 1 if len(y) else 1))
@@ -402,20 +501,17 @@ def _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_d
     device = get_device(device)
     C = int(n_classes or (y.max() + 1))
     t0 = time.perf_counter()
-    mean, std = _moments(X, device)
     if solver == 'adam':
+        mean, std = _moments(X, device)
         if X_dev is None:                                            # no dev split given: hold out a tenth of train
             cut = np.random.default_rng(seed).permutation(len(y)); n_dev = max(1, len(y) // 10)
             dv, tr = np.sort(cut[:n_dev]), np.sort(cut[n_dev:])
             X, y, X_dev, y_dev = X[tr], y[tr], X[dv], y[dv]
         W, b, info = _adam(X, y, C, weight_decay, mean, std, X_dev, np.asarray(y_dev, dtype=np.int64), lr, batch_size, epochs, patience, seed, device)
     else:
-        Z = (_layers_first(X, device) - mean[:, None]) / std[:, None]
+        Z, mean, std = _standardised(X, device)
         if solver == 'sklearn': W, b, info = _sklearn(Z, y, C, weight_decay, max_iter)
-        else:
-            P, r = _preconditioner(Z, weight_decay)
-            W, b, info = _lbfgs(torch.bmm(Z, P), torch.as_tensor(y, device=device), C, weight_decay, max_iter, tol, r=r)
-            W = torch.bmm(P, W)
+        else: W, b, info = _fit_lbfgs(Z, torch.as_tensor(y, device=device), C, weight_decay, max_iter, tol)
     info.update(solver=solver, seconds=time.perf_counter() - t0)
     return LinearProbes(W.detach(), b.detach(), mean, std, info)
 
