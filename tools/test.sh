@@ -35,5 +35,6 @@ bash tools/browser-deps.sh
 
 step "pytest (integration, CLI, fault and browser tests)"
 echo "(all earlier checks passed in $(( $(date +%s) - t0 )) s)"
-$B/python -m pytest tests -q -p no:cacheprovider
+# two workers (pytest-xdist), a test file per worker at a time: each test runs torch on one thread (conftest.py)
+$B/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=10
 
