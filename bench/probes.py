@@ -46,7 +46,6 @@ def main():
     from nl_embryo.core import get_device
     from nl_embryo.probes import probe_task, extract_features, align_words, max_input_length, fit_probes, classification_scores
     import inspect
-    global DEFAULT_TOL
     DEFAULT_TOL = inspect.signature(fit_probes).parameters['tol'].default
     p_device = get_device(None)
 

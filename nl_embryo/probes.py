@@ -392,8 +392,8 @@ def _cache_bytes() -> int:
 
 def _layer_groups(Z) -> list[tuple[int, int]]:
     """The layers of Z (L, D, N) fitted together: all at once on a GPU; on the CPU as many as fill half the last-level
-    cache (at least one), so that the ~100 passes of L-BFGS over a group's features read them from the cache, not
-    from memory."""
+    cache (at least one), so that the passes of L-BFGS over a group's features read them from the cache, not from
+    memory."""
     L, D, N = Z.shape
     if Z.device.type != 'cpu': return [(0, L)]
     per = max(1, int(_cache_bytes() // 2 // (D * N * 4)))

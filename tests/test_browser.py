@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-
 from nl_embryo.attention import (attention_grid_chart, attention_tables, pattern_scores_chart, save_chart,
                                  shifted_attention_model, split_tables)
 from nl_embryo.corpora import char_tokenizer
