@@ -8,7 +8,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from nl_embryo.batch import (add_sweep_parser, collect, expand_grid, job_id, job_state, run_job_index, sweep, worker_slots,
+from nl_embryo.batch import (add_sweep_parser, collect, expand_grid, job_id, job_state, sweep, worker_slots,
                              write_slurm)
 from nl_embryo.core import NlEmbryoError, atomic_write_json
 

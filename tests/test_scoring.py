@@ -125,7 +125,7 @@ TRASTUZUMAB = ['EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSV
 
 @pytest.fixture(scope='module')
 def antiberty():
-    from nl_embryo.data import fetch, fetched_path
+    from nl_embryo.data import fetch
     fetch(['antiberty'], quiet=True)
     return load_antiberty()
 
