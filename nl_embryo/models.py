@@ -14,18 +14,18 @@ from torch import nn
 import transformers
 from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForTokenClassification, AutoConfig, BertConfig,
                           BertForMaskedLM, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, PretrainedConfig,
-                          PreTrainedModel, RobertaConfig, RobertaForMaskedLM)
+                          PreTrainedModel, RobertaConfig, RobertaForMaskedLM, RobertaPreLayerNormConfig)
 
 from .core import NlEmbryoError, human_size
 from .corpora import SPECIAL_TOKENS
 
 # %% auto #0
-__all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'ATTENTION_IMPLEMENTATIONS',
-           'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair',
-           'is_pair', 'build_model', 'load_model', 'set_attention', 'attention_implementation', 'count_parameters',
-           'parameter_table', 'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops',
-           'kaplan_training_flops', 'measure_training_flops', 'mlm_head', 'steps_for_equal_flops',
-           'check_tokenizer_matches']
+__all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PRE_LN_ARCHS',
+           'ATTENTION_IMPLEMENTATIONS', 'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers',
+           'model_class', 'ElectraPair', 'is_pair', 'build_model', 'load_model', 'set_attention',
+           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
+           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
+           'split_mlm_head', 'steps_for_equal_flops', 'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -83,25 +83,30 @@ def _special_kwargs() -> dict:
     return dict(pad_token_id=s['pad'], unk_token_id=s['unk'], cls_token_id=s['cls'], bos_token_id=s['cls'],
                 sep_token_id=s['sep'], eos_token_id=s['sep'], mask_token_id=s['mask'], tie_word_embeddings=True)
 
+NORMS = ('post', 'pre')                    # where each sub-layer's LayerNorm sits: after the residual add (BERT) or before
+PRE_LN_ARCHS = ('bert', 'roberta', 'script')   # the architectures with a pre-LayerNorm variant in transformers
+
 def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size: int, max_position: int,
-            hidden: int, heads: int, intermediate: int, overrides: dict, **kw) -> PretrainedConfig:
+            hidden: int, heads: int, intermediate: int, overrides: dict, dropout: float = 0.1, **kw) -> PretrainedConfig:
     "One transformers config; `cls_name` is the model class it is for."
-    config_cls = {'Bert': BertConfig, 'Roberta': RobertaConfig, 'Albert': AlbertConfig, 'Electra': ElectraConfig}[
-        next(p for p in ('Bert', 'Roberta', 'Albert', 'Electra') if cls_name.startswith(p))]
+    prefixes = ('RobertaPreLayerNorm', 'Bert', 'Roberta', 'Albert', 'Electra')
+    config_cls = {'RobertaPreLayerNorm': RobertaPreLayerNormConfig, 'Bert': BertConfig, 'Roberta': RobertaConfig,
+                  'Albert': AlbertConfig, 'Electra': ElectraConfig}[next(p for p in prefixes if cls_name.startswith(p))]
     if hidden % heads:
         raise NlEmbryoError(f"{arch} {role}: hidden size {hidden} is not divisible by {heads} heads",
                             "choose a generator_fraction that keeps heads of 64 dimensions (e.g. 0.25, 1/3, 0.5)")
     args = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=preset.layers, num_attention_heads=heads,
                 intermediate_size=intermediate, max_position_embeddings=max_position,
-                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, **_special_kwargs(),
+                hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, **_special_kwargs(),
                 architectures=[cls_name], nl_embryo_arch=arch, nl_embryo_objective=OBJECTIVES[arch],
                 nl_embryo_role=role, nl_embryo_preset=preset.name, nl_embryo_max_position=max_position)
     args.update(kw); args.update(overrides)
     return config_cls(**args)
 
 def build_config(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int = 8000, max_position: int | None = None,
-                 generator_fraction: float = 0.25, **overrides) -> PretrainedConfig | PairConfig:
-    "The config of `arch` at size `preset` (a `PairConfig` for `electra`/`ale`); `overrides` are set on every config built."
+                 generator_fraction: float = 0.25, norm: str = 'post', dropout: float = 0.1, **overrides) -> PretrainedConfig | PairConfig:
+    """The config of `arch` at size `preset` (a `PairConfig` for `electra`/`ale`). `norm='pre'` gives the pre-LayerNorm
+    variant (`bert`, `roberta`, `script`); `dropout` is the hidden and attention dropout; `overrides` are set on every config built."""
     _check_arch(arch); p = get_preset(preset)
     n_special = len(SPECIAL_TOKENS)
     if vocab_size <= n_special:
@@ -109,8 +114,20 @@ def build_config(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int =
                             "pass vocab_size=len(tokenizer)")
     L = p.max_position if max_position is None else max_position
     if L < 1: raise NlEmbryoError(f"max_position={L} must be positive", "pass the longest sequence the model must accept, e.g. 128 or 512")
+    if norm not in NORMS: raise NlEmbryoError(f"unknown norm {norm!r}", f"choose one of: {', '.join(NORMS)}")
+    if not 0 <= dropout < 1: raise NlEmbryoError(f"dropout={dropout} must lie in [0, 1)", "use 0 (off) or 0.1 (BERT)")
     E = p.embedding_size or p.hidden
-    common = dict(preset=p, vocab_size=vocab_size, max_position=L, overrides=overrides)
+    common = dict(preset=p, vocab_size=vocab_size, max_position=L, overrides=overrides, dropout=dropout)
+    if norm == 'pre':
+        if arch not in PRE_LN_ARCHS:
+            raise NlEmbryoError(f"{arch} has no pre-LayerNorm variant in transformers",
+                                f"use norm='post' (--norm post) with {arch}, or a pre-LN architecture: {', '.join(PRE_LN_ARCHS)}")
+        if E != p.hidden:
+            raise NlEmbryoError(f"the pre-LayerNorm model has no factorised embeddings, but preset {p.name!r} asks for embedding_size={E}",
+                                "use norm='post' with this preset, or a preset without embedding_size")
+        cfg = _config('RobertaPreLayerNormForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common)
+        if 'max_position_embeddings' not in overrides: cfg.max_position_embeddings = L + cfg.pad_token_id + 1   # RoBERTa's position-id offset
+        return cfg
     if arch in ('bert', 'script'):
         if E == p.hidden: return _config('BertForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common)
         return _config('ElectraForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, embedding_size=E, **common)
@@ -410,6 +427,22 @@ def mlm_head(model: PreTrainedModel) -> nn.Module:
         if hasattr(model, name): return getattr(model, name)
     if hasattr(model, 'generator_predictions'): return nn.Sequential(model.generator_predictions, model.generator_lm_head)
     raise NlEmbryoError(f"{type(model).__name__} has no MLM head", "pass a *ForMaskedLM model")
+
+def split_mlm_head(model: PreTrainedModel) -> tuple:
+    """The MLM head as `(features, output_layer)`: `features` maps hidden states to the output layer's input (dense,
+    activation, LayerNorm) and `output_layer` is the tied `nn.Linear` to the vocabulary, so that
+    `output_layer(features(h)) == mlm_head(model)(h)`. Lets a caller fuse the output layer with what follows it."""
+    head = mlm_head(model)
+    if isinstance(head, nn.Sequential): return head[0], head[1]                 # ELECTRA generator: predictions, lm_head
+    owner = getattr(head, 'predictions', head)                                     # BERT's cls.predictions; ALBERT, RoBERTa: the head
+    decoder = getattr(owner, 'decoder', None)
+    if not isinstance(decoder, nn.Linear):
+        raise NlEmbryoError(f"cannot find the output layer of {type(model).__name__}'s MLM head", "pass a *ForMaskedLM model of transformers")
+    def features(h):
+        owner.decoder = nn.Identity()          # the head's own forward, up to (not through) its output layer
+        try: return owner(h)
+        finally: owner.decoder = decoder
+    return features, decoder
 
 # %% ../nbs/03_models.ipynb #5b0e039d
 def steps_for_equal_flops(model, reference, reference_steps: int, seq_len: int = 128, **kwargs) -> int:

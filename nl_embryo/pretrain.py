@@ -13,17 +13,19 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_dir, atomic_write_json, seed_everything, get_device, human_size
+from .core import NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size
 from .corpora import SPECIAL_TOKENS, CORPORA
-from .models import mlm_head, load_model
+from .models import mlm_head, load_model, quiet_transformers
 
 # %% auto #0
-__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'OBJECTIVES', 'ARCHS', 'DEFAULT_OBJECTIVE',
-           'CHECKPOINT_RE', 'step_generator', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
-           'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective', 'script_log_z',
-           'Lamb', 'make_optimizer', 'lr_at', 'checkpoint_steps', 'PretrainConfig', 'optimizer_to_safetensors',
-           'optimizer_from_safetensors', 'checkpoint_is_complete', 'list_checkpoints', 'load_trained_model',
-           'save_checkpoint', 'batch_rows', 'pretrain']
+__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_SPLIT', 'OBJECTIVES', 'SCHEDULES', 'ARCHS',
+           'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'RECIPES', 'RECIPE_FIELDS', 'CHECKPOINT_RE', 'PLATEAU_MARGIN',
+           'step_generator', 'parse_mask_split', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
+           'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective', 'linear_logsumexp',
+           'script_log_z', 'Lamb', 'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig',
+           'warmup_steps', 'batch_size_at', 'data_position', 'optimizer_to_safetensors', 'optimizer_from_safetensors',
+           'checkpoint_is_complete', 'list_checkpoints', 'load_trained_model', 'save_checkpoint', 'unigram_log_probs',
+           'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows', 'pretrain']
 
 # %% ../nbs/04_pretrain.ipynb #5e8c63bb
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -33,9 +35,24 @@ def step_generator(seed: int, step: int, device='cpu') -> torch.Generator:
     "A torch generator for step `step` of a run seeded with `seed` (the same numbers whenever the step is replayed)."
     g = torch.Generator(device=device); g.manual_seed((seed * 1_000_003 + step) % (2**63 - 1)); return g
 
+MASK_SPLIT = (0.8, 0.1, 0.1)   # BERT: of the selected tokens, 80% become [MASK], 10% a random token, 10% stay
+
+def parse_mask_split(spec) -> tuple[float, float, float]:
+    "`'80/10/10'` (percent of the selected tokens that become [MASK] / a random token / stay) or a 3-tuple of fractions -> fractions."
+    try:
+        parts = [float(x) for x in spec.split('/')] if isinstance(spec, str) else [float(x) for x in spec]
+        if len(parts) != 3 or min(parts) < 0: raise ValueError
+        total = sum(parts)
+        if abs(total - 100) > 1e-6 and abs(total - 1) > 1e-9: raise ValueError
+    except (ValueError, TypeError, AttributeError):
+        raise NlEmbryoError(f"bad mask split {spec!r}", "give three percentages that sum to 100: '80/10/10' (BERT) or '100/0/0' (always [MASK])") from None
+    return tuple(p / total for p in parts)
+
 def mask_tokens(ids: torch.Tensor, vocab_size: int, g: torch.Generator, mask_prob: float = 0.15,
-                word_starts: torch.Tensor | None = None):
-    "BERT masking of `ids` (B x T): returns `(inputs, labels, selected)`; labels are -100 where not selected. With `word_starts` (a bool per vocabulary id), whole words are selected."
+                word_starts: torch.Tensor | None = None, split=MASK_SPLIT):
+    """BERT masking of `ids` (B x T): returns `(inputs, labels, selected)`; labels are -100 where not selected. With
+    `word_starts` (a bool per vocabulary id), whole words are selected. `split`: the fractions of the selected tokens
+    that become [MASK], a random token, or stay unchanged (BERT's 80/10/10)."""
     special = ids < N_SPECIAL
     if word_starts is None:
         selected = (torch.rand(ids.shape, generator=g, device=ids.device) < mask_prob) & ~special
@@ -46,8 +63,9 @@ def mask_tokens(ids: torch.Tensor, vocab_size: int, g: torch.Generator, mask_pro
         selected = torch.gather(pick, 1, word) & ~special
     r = torch.rand(ids.shape, generator=g, device=ids.device)
     rand_tok = torch.randint(N_SPECIAL, vocab_size, ids.shape, generator=g, device=ids.device)
-    inputs = torch.where(selected & (r < 0.8), torch.full_like(ids, MASK_ID), ids)
-    inputs = torch.where(selected & (r >= 0.8) & (r < 0.9), rand_tok, inputs)
+    p_mask, p_random = float(split[0]), float(split[0]) + float(split[1])
+    inputs = torch.where(selected & (r < p_mask), torch.full_like(ids, MASK_ID), ids)
+    inputs = torch.where(selected & (r >= p_mask) & (r < p_random), rand_tok, inputs)
     labels = torch.where(selected, ids, torch.full_like(ids, -100))
     return inputs, labels, selected
 
@@ -63,9 +81,9 @@ def masked_lm_logits(model, inputs: torch.Tensor, selected: torch.Tensor):
     return mlm_head(model)(hidden[selected])
 
 # %% ../nbs/04_pretrain.ipynb #6e385b21
-def mlm_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, **_):
+def mlm_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, split=MASK_SPLIT, **_):
     "BERT masked-language-model loss at the selected positions."
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts)
+    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
     logits = masked_lm_logits(model, inputs, sel)
     target = ids[sel]
     loss = F.cross_entropy(logits.float(), target)
@@ -77,10 +95,11 @@ def sample_replacements(logits: torch.Tensor, g: torch.Generator, temperature: f
     u = torch.rand(logits.shape, generator=g, device=logits.device).clamp_(1e-9, 1 - 1e-9)
     return (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
 
-def electra_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, temperature=0.8, rtd_weight=50.0, **_):
+def electra_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, temperature=0.8, rtd_weight=50.0,
+                      split=MASK_SPLIT, **_):
     "ELECTRA: generator MLM + rtd_weight x replaced-token detection by the discriminator."
     gen, disc = model.generator, model.discriminator
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts)
+    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
     logits = masked_lm_logits(gen, inputs, sel)
     target = ids[sel]
     mlm = F.cross_entropy(logits.float(), target)
@@ -104,9 +123,9 @@ def rtd_logits(disc, input_ids):
     out = disc(input_ids=input_ids).logits
     return out.squeeze(-1) if out.dim() == 3 else out
 
-def script_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, script_alpha=50.0, **_):
+def script_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, script_alpha=50.0, split=MASK_SPLIT, **_):
     "SCRIPT: MLM + script_alpha x self-critic discrimination with p(original) = Z / (Z + 1) from the same logits."
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts)
+    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
     logits = masked_lm_logits(model, inputs, sel)
     target = ids[sel]
     mlm = F.cross_entropy(logits.float(), target)
@@ -120,10 +139,41 @@ def script_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None
                 disc_acc=(((log_z > 0).float()) == original).float().mean().detach(),
                 replaced_frac=(1 - original).mean().detach(), n_masked=int(sel.sum()))
 
+class _LinearLogSumExp(torch.autograd.Function):
+    "logsumexp(x @ W.T + b) row by row, in chunks of rows: the (rows x V) logits are never all in memory, forward or backward."
+    @staticmethod
+    @torch.amp.custom_fwd(device_type='cuda')
+    def forward(ctx, x, weight, bias, chunk: int):
+        out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+        for s in range(0, x.shape[0], chunk):                                   # (chunk, V) logits at a time
+            out[s:s + chunk] = torch.logsumexp(F.linear(x[s:s + chunk], weight, bias).float(), -1)
+        ctx.save_for_backward(x, weight, bias, out); ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type='cuda')
+    def backward(ctx, grad):
+        x, weight, bias, lse = ctx.saved_tensors; c = ctx.chunk
+        gx = torch.empty_like(x); gw = torch.zeros_like(weight, dtype=torch.float32); gb = torch.zeros_like(bias, dtype=torch.float32)
+        for s in range(0, x.shape[0], c):                                      # d lse / d logits = softmax: recomputed per chunk
+            p = F.linear(x[s:s + c], weight, bias).float().sub_(lse[s:s + c, None]).exp_().mul_(grad[s:s + c, None])
+            gx[s:s + c] = (p.to(weight.dtype) @ weight).to(x.dtype)
+            gw.addmm_(p.t(), x[s:s + c].float()); gb += p.sum(0)
+        return gx, gw.to(weight.dtype), gb.to(bias.dtype), None
+
+def linear_logsumexp(x: torch.Tensor, linear: torch.nn.Linear, chunk_bytes: int = 8 << 20) -> torch.Tensor:
+    "`logsumexp(linear(x), -1)` for `x` of shape (N, E) without materialising the (N, V) logits: float32, shape (N,)."
+    chunk = max(1, chunk_bytes // (4 * linear.out_features))
+    bias = linear.bias if linear.bias is not None else torch.zeros(linear.out_features, device=x.device, dtype=linear.weight.dtype)
+    return _LinearLogSumExp.apply(x, linear.weight, bias, chunk)
+
 def script_log_z(model, input_ids) -> torch.Tensor:
-    "log Z_t = logsumexp of the MLM logits at every position (B x T); p(original) = sigmoid(log Z)."
-    hidden = model.base_model(input_ids=input_ids).last_hidden_state
-    return torch.logsumexp(mlm_head(model)(hidden).float(), dim=-1)
+    "log Z_t = logsumexp of the MLM logits at every position (B x T); p(original) = sigmoid(log Z). The logits are never all in memory."
+    from nl_embryo.models import split_mlm_head
+    hidden = model.base_model(input_ids=input_ids).last_hidden_state              # (B, T, H)
+    features, decoder = split_mlm_head(model)
+    x = features(hidden).flatten(0, 1)                                            # (B*T, E)
+    return linear_logsumexp(x, decoder).view(input_ids.shape)
 
 OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective}
 
@@ -154,21 +204,32 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(update, alpha=-group['lr'] * trust.item())
         return loss
 
-def make_optimizer(model, name: str, lr: float, weight_decay: float):
-    "AdamW or LAMB; no weight decay on biases and LayerNorm weights."
+def make_optimizer(model, name: str, lr: float, weight_decay: float, betas=(0.9, 0.999)):
+    "AdamW (torch's fused kernel where it has one) or LAMB; no weight decay on biases and LayerNorm weights."
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         if not p.requires_grad: continue
         (no_decay if p.dim() < 2 else decay).append(p)
     groups = [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
-    if name == 'adamw': return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
-    if name == 'lamb': return Lamb(groups, lr=lr)
+    betas = tuple(float(b) for b in betas)
+    if name == 'adamw':
+        device = next((p.device for p in decay + no_decay), torch.device('cpu'))
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-6, fused=device.type in ('cpu', 'cuda'))
+    if name == 'lamb': return Lamb(groups, lr=lr, betas=betas)
     raise NlEmbryoError(f"unknown optimizer {name!r}", "use adamw or lamb")
 
-def lr_at(step: int, total: int, warmup: int) -> float:
-    "Multiplier of the peak learning rate: linear warm-up over `warmup` steps, then linear decay to 0 at `total`."
+SCHEDULES = ('linear', 'triangle', 'cosine', 'constant')
+
+def lr_at(step: int, total: int, warmup: int, schedule: str = 'linear') -> float:
+    """Multiplier of the peak learning rate at optimizer step `step` (0-based) of `total`: linear warm-up over `warmup`
+    steps, then `linear` decay to 0 at `total`, `cosine` decay to 0, or `constant`. `triangle` is cramming's budget
+    one-cycle: the same shape as `linear` with the peak in the middle (pass `warmup=total // 2`)."""
+    if schedule not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {schedule!r}", f"choose one of: {', '.join(SCHEDULES)}")
     if step < warmup: return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
+    done = (step - warmup) / max(1, total - warmup)               # fraction of the decay phase behind us
+    if schedule == 'constant': return 1.0
+    if schedule == 'cosine': return 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
+    return max(0.0, (total - step) / max(1, total - warmup))      # linear and triangle
 
 # %% ../nbs/04_pretrain.ipynb #4f0bcd54
 def checkpoint_steps(spec: str, total: int) -> list[int]:
@@ -187,42 +248,75 @@ def checkpoint_steps(spec: str, total: int) -> list[int]:
 # %% ../nbs/04_pretrain.ipynb #ad6a3571
 ARCHS = ('bert', 'roberta', 'albert', 'electra', 'ale', 'script')
 DEFAULT_OBJECTIVE = {'bert': 'mlm', 'roberta': 'mlm', 'albert': 'mlm', 'electra': 'electra', 'ale': 'electra', 'script': 'script'}
+OUTPUT_BIASES = ('zero', 'unigram')
+
+@dataclass(frozen=True)
+class Recipe:
+    "How to train: the options of `PretrainConfig` that a preset fills in when they are not given (see the recipe comparison below)."
+    norm: str = 'post'            # post | pre LayerNorm (pre: bert, roberta, script only; the others stay post)
+    dropout: float = 0.1          # hidden and attention dropout
+    lr: float = 1e-3              # peak learning rate
+    schedule: str = 'linear'      # linear | triangle | cosine | constant
+    warmup: float = 0.06          # warm-up: a fraction of the steps (< 1) or a number of steps
+    mask_prob: float = 0.15       # fraction of the tokens selected for prediction
+    mask_split: str = '80/10/10'  # of the selected: % [MASK] / % random token / % unchanged
+    output_bias: str = 'zero'     # zero | unigram: the MLM output bias starts at the corpus' log unigram frequencies
+    beta2: float = 0.999          # Adam's second-moment decay
+
+RECIPES: dict[str, Recipe] = {
+    'bert': Recipe(),             # BERT's own recipe (Devlin et al. 2019), the papers' setting
+    'tiny': Recipe(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
+    'small': Recipe(norm='post', dropout=0.0, lr=2e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
+    'base': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
+}
+RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe))
 
 @dataclass
 class PretrainConfig:
-    "Everything that defines a pre-training run."
+    "Everything that defines a pre-training run. Options left at None come from the recipe (`recipe`, default: the preset's)."
     out: str = 'runs/demo'            # the run folder
     arch: str = 'bert'                # bert | roberta | albert | electra | ale | script
-    preset: str = 'tiny'              # tiny | small | base
+    preset: str = 'tiny'              # model size: tiny | small | base (nl_embryo.models.PRESETS)
     corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA)
     objective: str | None = None      # mlm | electra | script (default: follows arch)
+    recipe: str | None = None         # the recipe behind the options left at None: bert | tiny | small | base (default: the preset's)
     steps: int = 300                  # optimizer steps
     batch_size: int = 32              # sequences per optimizer step (all processes and accumulation steps together)
+    batch_ramp: float = 0.0           # grow the batch linearly from a quarter of batch_size over this fraction of the steps (0: off)
     grad_accum: int = 1               # micro-batches per optimizer step
     block_size: int = 128             # tokens per sequence
     vocab_size: int = 8000            # WordPiece vocabulary of the corpus' tokenizer
     corpus_tokens: int | None = None  # tokens to generate for an artificial corpus (None: the corpus default)
-    lr: float = 1e-3                  # peak learning rate
+    norm: str | None = None           # LayerNorm placement: post (BERT) | pre (bert, roberta, script)
+    dropout: float | None = None      # hidden and attention dropout (0: off)
+    lr: float | None = None           # peak learning rate
+    schedule: str | None = None       # learning-rate schedule: linear | triangle | cosine | constant
+    warmup: float | None = None       # warm-up: a fraction of the steps (< 1) or a number of steps
+    mask_prob: float | None = None    # fraction of the tokens selected for prediction
+    mask_split: str | None = None     # of the selected tokens: % [MASK] / % random / % unchanged, e.g. 80/10/10 or 100/0/0
+    output_bias: str | None = None    # initial MLM output bias: zero | unigram (the corpus' log unigram frequencies)
+    beta2: float | None = None        # Adam's second-moment decay
     optimizer: str = 'adamw'          # adamw | lamb
-    weight_decay: float = 0.01
-    warmup: float = 0.06              # warm-up: a fraction of the steps (< 1) or a number of steps
+    weight_decay: float = 0.01        # decoupled weight decay (not on biases and LayerNorm)
     max_grad_norm: float = 1.0        # gradient clipping (0: off)
-    mask_prob: float = 0.15
     whole_word: bool = False          # whole-word masking
     temperature: float = 0.8          # ELECTRA generator sampling temperature (paper 001)
     rtd_weight: float = 50.0          # ELECTRA lambda
     script_alpha: float = 50.0        # SCRIPT alpha
     generator_fraction: float | None = None  # ELECTRA generator hidden size / discriminator hidden size (None: preset default)
     checkpoints: str = 'log'          # checkpoint timeline spec (see checkpoint_steps)
-    seed: int = 0
+    eval_every: int = 0               # also score the eval blocks every N steps (0: only at checkpoints)
+    eval_batches: int = 4             # eval batches scored at every evaluation
+    eval_mask_prob: float = 0.15      # masking rate of the eval batches (fixed, so recipes with other rates compare)
+    seed: int = 0                     # seeds the model, the data order, the masks and dropout
     precision: str = 'auto'           # auto (bf16 autocast on CUDA) | fp32 | bf16
     compile: bool = False             # torch.compile the model
     half_checkpoints: bool = False    # store checkpoint weights in bfloat16 (half the disk; resume is then not exact)
-    eval_batches: int = 4             # eval batches scored at every checkpoint
     device: str | None = None         # cpu | cuda | None (auto)
 
     def resolved(self) -> 'PretrainConfig':
-        "Check the options and fill in defaults (objective)."
+        "Check the options and fill in defaults: the objective from the arch, the options left at None from the recipe."
+        from nl_embryo.models import PRESETS, NORMS, PRE_LN_ARCHS
         if self.arch not in ARCHS: raise NlEmbryoError(f"unknown architecture {self.arch!r}", f"choose one of: {', '.join(ARCHS)}")
         if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
         obj = self.objective or DEFAULT_OBJECTIVE[self.arch]
@@ -231,13 +325,44 @@ class PretrainConfig:
         if (obj == 'electra') != pair:
             raise NlEmbryoError(f"objective {obj!r} does not fit architecture {self.arch!r}",
                                 "use --objective electra with --arch electra or ale, and mlm or script with the others")
-        from nl_embryo.models import PRESETS
         if self.preset not in PRESETS: raise NlEmbryoError(f"unknown preset {self.preset!r}", f"choose one of: {', '.join(PRESETS)}")
+        name = self.recipe or (self.preset if self.preset in RECIPES else 'bert')
+        if name not in RECIPES: raise NlEmbryoError(f"unknown recipe {name!r}", f"choose one of: {', '.join(RECIPES)}")
+        recipe = RECIPES[name]
+        filled = {k: getattr(recipe, k) if getattr(self, k) is None else getattr(self, k) for k in RECIPE_FIELDS}
+        if self.norm is None and self.arch not in PRE_LN_ARCHS: filled['norm'] = 'post'    # no pre-LN class for this arch
+        if self.warmup is None and filled['schedule'] == 'triangle' and recipe.schedule != 'triangle': filled['warmup'] = 0.5
+        if filled['norm'] not in NORMS: raise NlEmbryoError(f"unknown norm {filled['norm']!r}", f"choose one of: {', '.join(NORMS)}")
+        if filled['schedule'] not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {filled['schedule']!r}", f"choose one of: {', '.join(SCHEDULES)}")
+        if filled['output_bias'] not in OUTPUT_BIASES: raise NlEmbryoError(f"unknown output bias {filled['output_bias']!r}", f"choose one of: {', '.join(OUTPUT_BIASES)}")
+        if not 0 < filled['mask_prob'] < 1: raise NlEmbryoError(f"mask_prob={filled['mask_prob']} must lie in (0, 1)", "use e.g. 0.15 (BERT) or 0.3")
+        if not 0 < self.eval_mask_prob < 1: raise NlEmbryoError(f"eval_mask_prob={self.eval_mask_prob} must lie in (0, 1)", "use 0.15")
+        parse_mask_split(filled['mask_split'])
+        if not 0 <= filled['dropout'] < 1: raise NlEmbryoError(f"dropout={filled['dropout']} must lie in [0, 1)", "use 0 (off) or 0.1")
+        if not 0 < filled['beta2'] < 1: raise NlEmbryoError(f"beta2={filled['beta2']} must lie in (0, 1)", "use 0.999 (BERT) or 0.98")
         if self.steps < 1: raise NlEmbryoError(f"steps must be at least 1, got {self.steps}", "pass --steps N with N >= 1")
         if self.batch_size % self.grad_accum: raise NlEmbryoError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}", "choose values that divide")
+        if not 0 <= self.batch_ramp < 1: raise NlEmbryoError(f"batch_ramp={self.batch_ramp} must lie in [0, 1)", "use a fraction of the steps, e.g. 0.2, or 0 for no ramp")
+        if self.eval_every < 0: raise NlEmbryoError(f"eval_every={self.eval_every} must be 0 or more", "use 0 to evaluate at the checkpoints only")
         if self.precision not in ('auto', 'fp32', 'bf16'): raise NlEmbryoError(f"unknown precision {self.precision!r}", "use auto, fp32 or bf16")
         checkpoint_steps(self.checkpoints, self.steps)
-        return dataclasses.replace(self, objective=obj)
+        return dataclasses.replace(self, objective=obj, recipe=name, **filled)
+
+def warmup_steps(cfg: PretrainConfig) -> int:
+    "The warm-up of a resolved config in steps (`triangle`: the peak at half the steps unless a warm-up was given in steps)."
+    return int(round(cfg.warmup * cfg.steps)) if cfg.warmup < 1 else int(cfg.warmup)
+
+def batch_size_at(step: int, cfg: PretrainConfig, unit: int = 1) -> int:
+    "The global batch size of optimizer step `step`: `batch_size`, or during a batch ramp a linear climb from a quarter of it (a multiple of `unit`)."
+    ramp = int(cfg.batch_ramp * cfg.steps)
+    if step >= ramp: return cfg.batch_size
+    b = cfg.batch_size * (0.25 + 0.75 * step / ramp)
+    return max(unit, int(b // unit) * unit)
+
+def data_position(step: int, cfg: PretrainConfig, unit: int = 1) -> int:
+    "Training blocks consumed before optimizer step `step` (the sum of the batch sizes of the steps before it)."
+    ramp = min(step, int(cfg.batch_ramp * cfg.steps))
+    return sum(batch_size_at(s, cfg, unit) for s in range(ramp)) + (step - ramp) * cfg.batch_size
 
 # %% ../nbs/04_pretrain.ipynb #2eacb801
 def optimizer_to_safetensors(opt) -> tuple[dict, dict]:
@@ -291,7 +416,7 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, optimizer, state: dict
     from safetensors.torch import save_file
     dest = Path(run_dir)/'checkpoints'/f'step{step}'
     try:
-        with atomic_dir(dest, overwrite=True) as tmp:
+        with atomic_dir(dest, overwrite=True) as tmp, quiet_transformers():
             if half:
                 sd_dtype = model.dtype if hasattr(model, 'dtype') else torch.float32
                 model.to(torch.bfloat16); model.save_pretrained(tmp); model.to(sd_dtype)
@@ -307,17 +432,56 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, optimizer, state: dict
         raise
     return dest
 
+# %% ../nbs/04_pretrain.ipynb #81351dba
+def unigram_log_probs(blocks, vocab_size: int, smoothing: float = 0.5, chunk: int = 1 << 22) -> np.ndarray:
+    "Log unigram probabilities of the non-special ids in `blocks` (add-`smoothing` counts), float32; special ids get the smallest value."
+    flat = np.asarray(blocks).reshape(-1)
+    counts = np.zeros(vocab_size, np.int64)
+    for s in range(0, len(flat), chunk): counts += np.bincount(flat[s:s + chunk], minlength=vocab_size)[:vocab_size]
+    c = counts.astype(np.float64) + smoothing; c[:N_SPECIAL] = 0
+    logp = np.log(c / c.sum(), where=c > 0, out=np.full(vocab_size, -np.inf))
+    logp[:N_SPECIAL] = logp[N_SPECIAL:].min()
+    return logp.astype(np.float32)
+
+def set_output_bias(model, log_probs) -> None:
+    "Set the MLM output layer's bias (the generator's, for an ELECTRA pair) to `log_probs`: the model starts at the unigram distribution."
+    from nl_embryo.models import is_pair, split_mlm_head
+    _, out = split_mlm_head(model.generator if is_pair(model) else model)
+    if out.bias is None or out.bias.shape[0] != len(log_probs):
+        raise NlEmbryoError(f"the output layer of {type(model).__name__} has no bias of {len(log_probs)} entries", "build the model with vocab_size=len(tokenizer)")
+    with torch.no_grad(): out.bias.copy_(torch.as_tensor(log_probs, dtype=out.bias.dtype))
+
+def eval_batches(eval_blocks, n_batches: int, micro: int):
+    "The eval batches of a run: the first `n_batches` x `micro` eval blocks, `micro` at a time (int64 arrays)."
+    n = min(len(eval_blocks), n_batches * micro)
+    return [np.asarray(eval_blocks[s:s + micro], dtype=np.int64) for s in range(0, n, micro)]
+
+def unigram_entropy(eval_blocks, log_probs, n_batches: int, micro: int, seed: int, mask_prob: float = 0.15,
+                    word_starts=None) -> float:
+    """The MLM loss of the unigram predictor `log_probs` on a run's eval batches: the masked positions drawn exactly as
+    the eval draws them, averaged per batch as the eval loss is."""
+    lp = torch.as_tensor(log_probs)
+    per_batch = []
+    for i, ids in enumerate(eval_batches(eval_blocks, n_batches, micro)):
+        ids = torch.from_numpy(ids)
+        _, _, sel = mask_tokens(ids, len(lp), step_generator(seed, -1 - i), mask_prob, word_starts)
+        if sel.any(): per_batch.append(-float(lp[ids[sel]].double().mean()))
+    return float(np.mean(per_batch)) if per_batch else float('nan')
+
+PLATEAU_MARGIN = 0.1   # nats below the unigram entropy that count as having left the plateau
+
 # %% ../nbs/04_pretrain.ipynb #a2b08b75
 class _ObjectiveModule(torch.nn.Module):
-    "The model and its objective as one module (so DDP wraps the whole forward)."
+    "The model and its objective as one module (so DDP wraps the whole forward); keyword arguments of a call override the objective's options."
     def __init__(self, model, objective, **kw):
         super().__init__(); self.model, self.objective, self.kw = model, objective, kw
-    def forward(self, ids, g): return self.objective(self.model, ids, g, **self.kw)
+    def forward(self, ids, g, **override): return self.objective(self.model, ids, g, **(dict(self.kw, **override) if override else self.kw))
 
 _PERMS: dict = {}
-def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int) -> np.ndarray:
-    "The training-block indices of optimizer step `step`: consecutive slices of seeded per-epoch permutations."
-    out, pos = [], step * batch_size
+def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int, position: int | None = None) -> np.ndarray:
+    """The training-block indices of optimizer step `step`: consecutive slices of seeded per-epoch permutations, from
+    data position `step * batch_size` (or `position`, the blocks consumed before the step, when batches vary in size)."""
+    out, pos = [], step * batch_size if position is None else position
     while len(out) < batch_size:
         epoch, off = divmod(pos, n_blocks)
         key = (n_blocks, seed, epoch)
@@ -329,9 +493,10 @@ def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int) -> np.ndarr
     return np.asarray(out)
 
 # %% ../nbs/04_pretrain.ipynb #22b8c362
-_RESUME_KEYS = ('arch', 'preset', 'corpus', 'objective', 'batch_size', 'grad_accum', 'block_size', 'vocab_size',
-                'corpus_tokens', 'lr', 'optimizer', 'weight_decay', 'warmup', 'max_grad_norm', 'mask_prob', 'whole_word',
-                'temperature', 'rtd_weight', 'script_alpha', 'generator_fraction', 'seed')
+_RESUME_KEYS = ('arch', 'preset', 'corpus', 'objective', 'recipe', 'batch_size', 'batch_ramp', 'grad_accum', 'block_size',
+                'vocab_size', 'corpus_tokens', 'norm', 'dropout', 'lr', 'schedule', 'warmup', 'mask_prob', 'mask_split',
+                'output_bias', 'beta2', 'optimizer', 'weight_decay', 'max_grad_norm', 'whole_word', 'temperature',
+                'rtd_weight', 'script_alpha', 'generator_fraction', 'eval_mask_prob', 'seed')
 
 def _read_metrics(path: Path) -> list[dict]:
     if not path.exists(): return []
@@ -341,18 +506,27 @@ def _read_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError: pass          # a line cut by a crash
     return rows
 
-def _evaluate(module, eval_blocks, n_batches, micro, seed, device):
-    "Mean objective statistics on the first eval blocks, with fixed masks (no dropout, no gradient)."
+def _evaluate(module, batches, seed, device, **override):
+    "Mean objective statistics on the eval batches, with fixed masks (no dropout, no gradient); `override`s the objective's options."
     module.eval(); stats = {}
-    n = min(len(eval_blocks), n_batches * micro)
     with torch.no_grad():
-        for i, s in enumerate(range(0, n, micro)):
-            ids = torch.from_numpy(np.asarray(eval_blocks[s:s + micro], dtype=np.int64)).to(device)
-            out = module(ids, step_generator(seed, -1 - i, device))
-            for k, v in out.items():
-                if k != 'loss' and torch.is_tensor(v): stats.setdefault(k, []).append(float(v))
+        for i, b in enumerate(batches):
+            out = module(torch.from_numpy(b).to(device), step_generator(seed, -1 - i, device), **override)
+            vals = {k: v for k, v in out.items() if k != 'loss' and torch.is_tensor(v)}
+            for k, v in zip(vals, torch.stack([v.float() for v in vals.values()]).tolist()): stats.setdefault(k, []).append(v)
     module.train()
     return {f"eval_{k}": float(np.mean(v)) for k, v in stats.items()}
+
+def _plateau_advice(cfg) -> str:
+    "The recipe knobs that move a run off the unigram plateau and that this run did not use, with the values it used."
+    from nl_embryo.models import PRE_LN_ARCHS
+    knobs = [('norm', 'pre', '--norm pre'), ('output_bias', 'unigram', '--output-bias unigram'), ('mask_prob', 0.3, '--mask-prob 0.3'),
+             ('dropout', 0.0, '--dropout 0'), ('schedule', 'triangle', '--schedule triangle')]
+    tips = [f"{flag} (was {getattr(cfg, k)})" for k, good, flag in knobs
+            if getattr(cfg, k) != good and not (k == 'norm' and cfg.arch not in PRE_LN_ARCHS) and not (k == 'mask_prob' and cfg.mask_prob > good)]
+    tips += [f"more --steps (was {cfg.steps})", f"another --lr (was {cfg.lr}: larger if the loss fell slowly, smaller if it jumped)"]
+    if cfg.recipe == 'bert': tips.append(f"or the tuned recipe of the preset: --recipe {cfg.preset if cfg.preset in RECIPES else 'tiny'}")
+    return ', '.join(tips)
 
 def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: bool = False, **overrides) -> Path:
     "Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path."
@@ -370,7 +544,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     W, rank, A = acc.num_processes, acc.process_index, cfg.grad_accum
     if cfg.batch_size % (A * W):
         raise NlEmbryoError(f"batch_size {cfg.batch_size} does not split into {A} accumulation steps x {W} processes", "choose a batch size divisible by both")
-    micro = cfg.batch_size // (A * W)
+    unit, micro = A * W, cfg.batch_size // (A * W)
 
     # the run folder: new, or resumed from its newest complete checkpoint
     existing = list_checkpoints(run, warn=acc.is_main_process)
@@ -385,6 +559,10 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     tok = corpus.tokenizer()
     train, evalb = corpus.train, corpus.eval
     if len(train) < 1: raise NlEmbryoError(f"corpus {cfg.corpus!r} has no training blocks", "build a larger corpus")
+    ws = word_start_table(tok) if cfg.whole_word else None
+    log_unigram = unigram_log_probs(train, len(tok))
+    ev_batches = eval_batches(evalb, cfg.eval_batches, micro)
+    h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.seed, cfg.eval_mask_prob, ws)
 
     seed_everything(cfg.seed)
     start, state = 0, dict(tokens_seen=0, flops=0.0, elapsed=0.0)
@@ -396,49 +574,53 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         if state.get('half'): warnings.warn(f"resuming from a bfloat16 checkpoint ({ck}): the continuation is not bit-exact")
         if acc.is_main_process and not quiet: print(f"resuming {run} from step{start}")
     else:
-        model = build_model(cfg.arch, cfg.preset, vocab_size=len(tok), max_position=cfg.block_size,
+        model = build_model(cfg.arch, cfg.preset, vocab_size=len(tok), max_position=cfg.block_size, norm=cfg.norm, dropout=cfg.dropout,
                             **({'generator_fraction': cfg.generator_fraction} if cfg.generator_fraction else {}))
+        if cfg.output_bias == 'unigram': set_output_bias(model, log_unigram)
     check_tokenizer_matches(model, tok)
     model.to(device).train()
-    optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
     if start:
         from safetensors.torch import load_file
         optimizer_from_safetensors(optimizer, load_file(str(existing[start]/'optimizer.safetensors'), device=str(device)), state.pop('optimizer'))
         state.pop('half', None)
 
-    ws = word_start_table(tok) if cfg.whole_word else None
     module = _ObjectiveModule(model, OBJECTIVES[cfg.objective], vocab_size=len(tok), mask_prob=cfg.mask_prob, word_starts=ws,
-                              temperature=cfg.temperature, rtd_weight=cfg.rtd_weight, script_alpha=cfg.script_alpha)
+                              split=parse_mask_split(cfg.mask_split), temperature=cfg.temperature, rtd_weight=cfg.rtd_weight,
+                              script_alpha=cfg.script_alpha)
     if cfg.compile: module = torch.compile(module)
     module, optimizer = acc.prepare(module, optimizer)
     raw = acc.unwrap_model(module)
     raw = getattr(raw, '_orig_mod', raw)
+    evaluate = lambda: _evaluate(raw, ev_batches, cfg.seed, device, mask_prob=cfg.eval_mask_prob, split=MASK_SPLIT)
 
-    tokens_per_step = cfg.batch_size * cfg.block_size
-    step_flops = training_flops(model, tokens_per_step, cfg.block_size, objective=cfg.objective, masked_fraction=cfg.mask_prob)
+    flops_per_block = training_flops(model, cfg.block_size, cfg.block_size, objective=cfg.objective, masked_fraction=cfg.mask_prob)
     ck_steps = checkpoint_steps(cfg.checkpoints, cfg.steps)
-    warmup = int(round(cfg.warmup * cfg.steps)) if cfg.warmup < 1 else int(cfg.warmup)
+    warmup = warmup_steps(cfg)
     metrics_path = run/'metrics.jsonl'
 
     def save(step):
         if acc.is_main_process:
             save_checkpoint(run, step, raw.model, tok, optimizer.optimizer if hasattr(optimizer, 'optimizer') else optimizer,
-                            dict(state, config=asdict(cfg), data_position=step * cfg.batch_size), half=cfg.half_checkpoints)
+                            dict(state, config=asdict(cfg), data_position=data_position(step, cfg, unit)), half=cfg.half_checkpoints)
         acc.wait_for_everyone()
+
+    def log(row):
+        if 'eval_mlm_loss' in row: row['eval_below_unigram'] = h_unigram - row['eval_mlm_loss']
+        if acc.is_main_process:
+            with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
 
     if acc.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         info = dict(config=asdict(cfg), corpus=corpus.header, model=dict(cls=type(model).__name__, n_params=count_parameters(model)),
-                    flops_per_step=step_flops, tokens_per_step=tokens_per_step, checkpoint_steps=ck_steps, processes=W,
-                    device=str(device), precision='bf16' if bf16 else 'fp32', torch=torch.__version__,
-                    nl_embryo=__import__('nl_embryo').__version__)
+                    unigram_entropy=h_unigram, flops_per_step=flops_per_block * cfg.batch_size, tokens_per_step=cfg.batch_size * cfg.block_size,
+                    checkpoint_steps=ck_steps, processes=W, device=str(device), precision='bf16' if bf16 else 'fp32',
+                    torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__)
         atomic_write_json(run/'config.json', info)
         kept = [r for r in _read_metrics(metrics_path) if r.get('step', 0) <= start]
-        metrics_path.write_text(''.join(json.dumps(r) + '\n' for r in kept))
+        atomic_write_text(metrics_path, ''.join(json.dumps(r) + '\n' for r in kept))
     if start == 0:
-        if acc.is_main_process:
-            ev = _evaluate(raw, evalb, cfg.eval_batches, micro, cfg.seed, device)
-            with open(metrics_path, 'a') as f: f.write(json.dumps(dict(step=0, tokens_seen=0, flops=0.0, **ev)) + '\n')
+        if acc.is_main_process: log(dict(step=0, tokens_seen=0, flops=0.0, **evaluate()))
         save(0)
 
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"pretrain {cfg.arch}/{cfg.objective} on {cfg.corpus}",
@@ -446,44 +628,49 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     last_good = max([s for s in ck_steps if s <= start], default=0)
     for step in bar:
         t0 = time.perf_counter()
-        lr = cfg.lr * lr_at(step, cfg.steps, warmup)
+        lr = cfg.lr * lr_at(step, cfg.steps, warmup, cfg.schedule)
         for group in optimizer.param_groups: group['lr'] = lr
-        rows = batch_rows(step, cfg.batch_size, len(train), cfg.seed)
+        B = batch_size_at(step, cfg, unit); mb = B // unit
+        rows = batch_rows(step, B, len(train), cfg.seed, position=data_position(step, cfg, unit))
         stats = {}
         for a in range(A):
             slot = rank * A + a
-            ids = torch.from_numpy(np.asarray(train[np.sort(rows[slot * micro:(slot + 1) * micro])], dtype=np.int64)).to(device)
+            ids = torch.from_numpy(np.asarray(train[np.sort(rows[slot * mb:(slot + 1) * mb])], dtype=np.int64)).to(device)
             g = step_generator(cfg.seed, step * 1024 + slot, device)        # masks of this slot
             torch.manual_seed((cfg.seed * 7_919 + step) * 1024 + slot)          # dropout of this slot
             ctx = acc.no_sync(module) if (a < A - 1 and W > 1) else _nullcontext()
             with ctx:
                 out = module(ids, g)
                 loss = out['loss']
-                if not torch.isfinite(loss):
-                    raise NlEmbryoError(f"the loss became {float(loss.detach())} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
-                                        "lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good checkpoint)")
                 acc.backward(loss / A)
-            for k, v in out.items():
-                if torch.is_tensor(v): v = v.detach()
-                if torch.is_tensor(v) or isinstance(v, (int, float)): stats[k] = stats.get(k, 0.0) + float(v) / A
-        if cfg.max_grad_norm: gnorm = float(acc.clip_grad_norm_(module.parameters(), cfg.max_grad_norm))
-        else: gnorm = float(torch.norm(torch.stack([p.grad.norm() for p in module.parameters() if p.grad is not None])))
+            for k, v in out.items():                                        # summed as tensors: no host sync per statistic
+                if k != 'n_masked' and torch.is_tensor(v): stats[k] = stats.get(k, 0.0) + v.detach().float() / A
+        if cfg.max_grad_norm: gnorm = acc.clip_grad_norm_(module.parameters(), cfg.max_grad_norm)
+        else: gnorm = torch.norm(torch.stack([p.grad.norm() for p in module.parameters() if p.grad is not None]))
+        values = torch.stack([torch.as_tensor(gnorm, dtype=torch.float32, device=device), *stats.values()]).tolist()   # one sync
+        gnorm, stats = values[0], dict(zip(stats, values[1:]))
+        if not math.isfinite(stats['loss']):
+            raise NlEmbryoError(f"the loss became {stats['loss']} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
+                                "lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good checkpoint)")
         if not math.isfinite(gnorm):
             raise NlEmbryoError(f"the gradient norm became {gnorm} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
                                 "lower --lr or turn gradient clipping on, then continue with --resume")
         optimizer.step(); optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        state['tokens_seen'] += tokens_per_step; state['flops'] += step_flops; state['elapsed'] += dt
-        row = dict(step=step + 1, lr=lr, grad_norm=gnorm, tokens_seen=state['tokens_seen'], flops=state['flops'],
-                   step_flops=step_flops, tokens_per_s=tokens_per_step / dt, **{k: v for k, v in stats.items() if k != 'n_masked'})
-        if step + 1 in ck_steps and acc.is_main_process:
-            row.update(_evaluate(raw, evalb, cfg.eval_batches, micro, cfg.seed, device))
-        if acc.is_main_process:
-            with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
+        state['tokens_seen'] += B * cfg.block_size; state['flops'] += flops_per_block * B; state['elapsed'] += dt
+        row = dict(step=step + 1, lr=lr, grad_norm=gnorm, batch_size=B, tokens_seen=state['tokens_seen'], flops=state['flops'],
+                   step_flops=flops_per_block * B, tokens_per_s=B * cfg.block_size / dt, **stats)
+        if step + 1 in ck_steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0): row.update(evaluate())
+        log(row)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
         if step + 1 in ck_steps:
             save(step + 1); last_good = step + 1
     bar.close()
+    final = next((r for r in reversed(_read_metrics(metrics_path)) if 'eval_mlm_loss' in r), None)
+    if acc.is_main_process and final is not None and final['step'] == cfg.steps and final['eval_below_unigram'] < PLATEAU_MARGIN:
+        warnings.warn(f"{run} ended on the unigram plateau: its held-out MLM loss {final['eval_mlm_loss']:.3f} is not "
+                      f"{PLATEAU_MARGIN} nat below the corpus' unigram entropy {h_unigram:.3f}, so the model predicts token "
+                      f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=2)
     return run
 
 import contextlib as _contextlib

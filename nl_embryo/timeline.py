@@ -16,7 +16,8 @@ from .core import NlEmbryoError, atomic_write_bytes
 from .pretrain import list_checkpoints, load_trained_model
 
 # %% auto #0
-__all__ = ['fingerprint', 'analysis_key', 'Run', 'training_curves_chart']
+__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'Run', 'unigram_entropy_of',
+           'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj) -> str:
@@ -89,6 +90,13 @@ class Run:
                 except json.JSONDecodeError: pass
         return pd.DataFrame(rows)
 
+    def phases(self) -> pd.DataFrame:
+        """Phase marks of the run, a tidy frame (phase, step, value, reference, source, detail): the step at which it
+        left the unigram plateau (eval MLM loss first `PLATEAU_MARGIN` nat below the corpus' unigram entropy), and the
+        onsets its analyses can detect (attention entropy dropping, the first previous- and next-token heads, mask
+        prediction per part of speech). A phase not reached has no step and says so in `detail`."""
+        return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
+
     def load(self, step: int | None = None, eager: bool = False, part: str = 'auto', device='cpu'):
         "Load `(model, tokenizer)` of checkpoint `step` in eval mode; `eager=True` switches attention to eager (needed to read attention weights). `part` picks the generator or discriminator of an ELECTRA run (default: discriminator)."
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, AutoConfig
@@ -134,9 +142,71 @@ class Run:
             frames.append(df)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
 
+# %% ../nbs/05_timeline.ipynb #e9500b8d
+PHASE_COLUMNS = ['phase', 'step', 'value', 'reference', 'source', 'detail']
+
+def _eval_rows(run) -> pd.DataFrame:
+    m = run.metrics()
+    return m.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in m else m.iloc[0:0]
+
+def unigram_entropy_of(run) -> float | None:
+    "The unigram entropy a run recorded (`config.json`), or None for an older run or a model folder."
+    return run.config.get('unigram_entropy')
+
+def _plateau_exit(run) -> list[dict]:
+    from nl_embryo.pretrain import PLATEAU_MARGIN
+    h, ev = unigram_entropy_of(run), _eval_rows(run)
+    if h is None or ev.empty: return []
+    below = h - ev['eval_mlm_loss']
+    hit = ev[below >= PLATEAU_MARGIN]
+    if len(hit): return [dict(phase='left the unigram plateau', step=int(hit['step'].iloc[0]), value=float(hit['eval_mlm_loss'].iloc[0]),
+                              reference=h, source='metrics', detail=f"eval MLM loss {PLATEAU_MARGIN} nat below the unigram entropy")]
+    return [dict(phase='left the unigram plateau', step=None, value=float(ev['eval_mlm_loss'].iloc[-1]), reference=h, source='metrics',
+                 detail=f"still on the plateau at step {int(ev['step'].iloc[-1])}: {float(below.iloc[-1]):+.3f} nat below the unigram entropy")]
+
+def _analysis_table(run, name: str) -> pd.DataFrame | None:
+    p = run.path/'analysis'/f'{name}.parquet'
+    return pd.read_parquet(p) if p.exists() else None
+
+def _attention_onsets(run) -> list[dict]:
+    scores = _analysis_table(run, 'attention')
+    if scores is None or scores.empty: return []
+    rows = []
+    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')['value'].mean().sort_index()
+    if len(ent) > 1:
+        hit = ent[ent <= 0.9 * ent.iloc[0]]
+        rows.append(dict(phase='attention entropy dropped', step=int(hit.index[0]) if len(hit) else None,
+                         value=float(hit.iloc[0]) if len(hit) else float(ent.iloc[-1]), reference=float(ent.iloc[0]), source='attention',
+                         detail='mean normalised entropy of the heads at 90% of its step-0 value' if len(hit) else 'not yet'))
+    for pattern, name in [('prev', 'first previous-token head'), ('next', 'first next-token head')]:
+        d = scores[scores['pattern'] == pattern]
+        if d.empty: continue
+        best = d.loc[d.groupby('step')['value'].idxmax()].sort_values('step')
+        hit = best[best['value'] >= 0.5]
+        r = hit.iloc[0] if len(hit) else best.iloc[-1]
+        rows.append(dict(phase=name, step=int(r['step']) if len(hit) else None, value=float(r['value']), reference=0.5, source='attention',
+                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}" if len(hit) else f"best share {float(r['value']):.2f} at the last step"))
+    return rows
+
+def _prediction_onsets(run) -> list[dict]:
+    rec = _analysis_table(run, 'reconstruction')
+    if rec is None or rec.empty: return []
+    d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')].sort_values('step')
+    rows = []
+    for group, g in d.groupby('group', sort=False):
+        hit = g[g['value'] > 0]
+        rows.append(dict(phase=f'mask prediction: {group}', step=int(hit['step'].iloc[0]) if len(hit) else None,
+                         value=float(hit['value'].iloc[0]) if len(hit) else 0.0, reference=0.0, source='reconstruction',
+                         detail='first step with a masked word of this class predicted exactly' if len(hit) else 'none predicted yet'))
+    return rows
+
+PHASE_DETECTORS = [_plateau_exit, _attention_onsets, _prediction_onsets]
+
 # %% ../nbs/05_timeline.ipynb #26a6a813
-def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves'):
-    "Loss and accuracy over steps (log-scaled x) from a run's metrics; eval scores at checkpoints as points."
+def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves', unigram_entropy: float | None = None):
+    """Loss and accuracy over steps (log-scaled x) from a run's metrics; eval scores at checkpoints as points. The loss
+    panel draws the corpus' unigram entropy as a dashed line (`unigram_entropy`, else read off the metrics' eval rows):
+    a loss above it is the unigram plateau."""
     import altair as alt
     if metrics.empty: raise NlEmbryoError("no metrics to plot", "train the run first (nl-embryo pretrain)")
     m = metrics[metrics['step'] > 0]
@@ -147,10 +217,18 @@ def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves')
     long['split'] = np.where(long['series'].str.startswith('eval_'), 'eval', 'train')
     long['metric'] = long['series'].str.replace('eval_', '', regex=False)
     long['kind'] = np.where(long['metric'].str.endswith('acc'), 'accuracy', 'loss')
+    if unigram_entropy is None and {'eval_mlm_loss', 'eval_below_unigram'} <= set(metrics):
+        both = metrics.dropna(subset=['eval_mlm_loss', 'eval_below_unigram'])
+        if len(both): unigram_entropy = float((both['eval_mlm_loss'] + both['eval_below_unigram']).iloc[0])
+    if unigram_entropy is not None and len(long):
+        ends = [long['step'].min(), long['step'].max()]
+        long = pd.concat([long, pd.DataFrame(dict(step=ends, series='unigram entropy', value=unigram_entropy, split='reference',
+                                                  metric='unigram entropy', kind='loss'))], ignore_index=True)
     base = alt.Chart().encode(x=alt.X('step:Q', scale=alt.Scale(type='log'), title='step (log)'),
-                              y=alt.Y('value:Q', title=None), color=alt.Color('metric:N'),
+                              y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N'),
                               tooltip=['step', 'metric', 'split', alt.Tooltip('value:Q', format='.4f')])
     lines = base.transform_filter(alt.datum.split == 'train').mark_line(opacity=0.7)
     points = base.transform_filter(alt.datum.split == 'eval').mark_point(filled=True, size=50)
-    return alt.layer(lines, points, data=long).properties(width=320, height=200).facet(
+    reference = base.transform_filter(alt.datum.split == 'reference').mark_line(strokeDash=[5, 4], color='gray')
+    return alt.layer(lines, points, reference, data=long).properties(width=320, height=200).facet(
         column=alt.Column('kind:N', title=None)).resolve_scale(y='independent').properties(title=title)

@@ -1,0 +1,130 @@
+"""Time to loss: wall time and tokens until the held-out MLM loss is 0.5 nat below the corpus' unigram entropy.
+
+nl_embryo's default recipe for a preset (pre-LN, unigram output bias, 30% masking, triangle schedule: see the
+`pretrain` chapter) against the recipe a user would otherwise pick, the Hugging Face one: a post-LN `BertForMaskedLM`
+of the same size (dropout 0.1), the `Trainer` with `DataCollatorForLanguageModeling` (15% masking), AdamW at 1e-3 with
+6% warm-up and linear decay. Same data (the `english` corpus packed into the same blocks), same batch shape, same
+threads, one run each, one after the other. Both are scored by the same function on the same eval batches with the same
+fixed 15% masks, every `--eval-every` steps; the clock counts training steps only (not the evaluations). A run that
+has not reached the target within the step budget or `--cap-minutes` counts as the cap.
+
+    python bench/time_to_loss.py [--preset tiny] [--steps 3000] [--eval-every 50] [--cap-minutes 30] [--threads 2]
+
+Prints the key points of both curves (step, tokens, training seconds, eval loss, nats below the unigram entropy), the
+time and tokens each took to reach the target, and the ratio of wall times (HF / ours; goal: at least 3x).
+"""
+import argparse, json, math, tempfile, time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def eval_loss(model, batches, seed, vocab_size):
+    "Held-out MLM loss with nl_embryo's fixed eval masks (15%, 80/10/10, seeded per batch): the same number both loops log."
+    from nl_embryo.pretrain import mask_tokens, masked_lm_logits, step_generator
+    was = model.training; model.eval(); losses = []
+    with torch.no_grad():
+        for i, b in enumerate(batches):
+            ids = torch.from_numpy(b)
+            inputs, _, sel = mask_tokens(ids, vocab_size, step_generator(seed, -1 - i), 0.15)
+            losses.append(float(F.cross_entropy(masked_lm_logits(model, inputs, sel).float(), ids[sel])))
+    model.train(was)
+    return float(np.mean(losses))
+
+
+def ours(a, out):
+    "nl_embryo's loop with the preset's recipe; the curve from its metrics (training time = the sum of the logged step times)."
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    cfg = PretrainConfig(out=str(out), preset=a.preset, steps=a.steps, batch_size=a.batch_size, block_size=a.block_size,
+                         eval_every=a.eval_every, eval_batches=a.eval_batches, checkpoints=f'0,{a.steps}')
+    t0 = time.perf_counter()
+    run = pretrain(cfg, quiet=True)
+    wall = time.perf_counter() - t0
+    rows = [json.loads(l) for l in (run/'metrics.jsonl').read_text().splitlines()]
+    info = json.loads((run/'config.json').read_text())
+    clock, curve = 0.0, []
+    for r in rows:
+        if r['step'] > 0: clock += r['batch_size'] * a.block_size / r['tokens_per_s']
+        if 'eval_mlm_loss' in r: curve.append((r['step'], r['tokens_seen'], clock, r['eval_mlm_loss']))
+    return dict(curve=curve, unigram=info['unigram_entropy'], recipe=info['config']['recipe'], wall=wall,
+                model=info['model']['cls'], n_params=info['model']['n_params'])
+
+
+def hugging_face(a, target):
+    "The Trainer recipe, stopped once the target is reached (or at the step budget or the time cap)."
+    from transformers import Trainer, TrainingArguments, DataCollatorForLanguageModeling, TrainerCallback
+    from nl_embryo.corpora import load_corpus
+    from nl_embryo.models import build_model
+    from nl_embryo.pretrain import eval_batches
+    corpus = load_corpus('english', block_size=a.block_size, quiet=True)
+    tok = corpus.tokenizer(); V = len(tok)
+    batches = eval_batches(corpus.eval, a.eval_batches, a.batch_size)
+    torch.manual_seed(0)
+    model = build_model('bert', a.preset, vocab_size=V, max_position=a.block_size, norm='post', dropout=0.1)
+    data = [{'input_ids': torch.from_numpy(np.asarray(b, dtype=np.int64))} for b in corpus.train[:a.steps * a.batch_size]]
+    curve = [(0, 0, 0.0, eval_loss(model, batches, 0, V))]
+    state = dict(clock=0.0)
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, st, control, **k): state['t'] = time.perf_counter()
+        def on_step_end(self, args, st, control, **k):
+            state['clock'] += time.perf_counter() - state['t']
+            if st.global_step % a.eval_every == 0 or st.global_step == a.steps:
+                loss = eval_loss(model, batches, 0, V)
+                curve.append((st.global_step, st.global_step * a.batch_size * a.block_size, state['clock'], loss))
+                if loss <= target or state['clock'] > 60 * a.cap_minutes: control.should_training_stop = True
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=a.batch_size, max_steps=a.steps,
+                             learning_rate=1e-3, warmup_ratio=0.06, lr_scheduler_type='linear', save_strategy='no',
+                             report_to='none', logging_steps=10**9, dataloader_num_workers=0, use_cpu=True, disable_tqdm=True,
+                             optim='adamw_torch', seed=0)
+    collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
+    Trainer(model=model, args=args, train_dataset=data, data_collator=collator, callbacks=[Clock()]).train()
+    return dict(curve=curve, model=type(model).__name__)
+
+
+def reached(curve, target):
+    "(step, tokens, seconds) of the first eval at or below `target`, or None."
+    return next(((s, t, c) for s, t, c, l in curve if l <= target), None)
+
+
+def show(name, curve, unigram, target):
+    print(f"\n{name}: step, tokens, training s, eval MLM loss, nats below the unigram entropy")
+    keep = sorted({0, len(curve) - 1} | {int(i) for i in np.linspace(0, len(curve) - 1, 8)})
+    hit = next((i for i, (_, _, _, l) in enumerate(curve) if l <= target), None)
+    if hit is not None: keep = sorted(set(keep) | {hit})
+    for i in keep:
+        s, t, c, l = curve[i]
+        print(f"  {s:6d} {t:11,d} {c:8.1f} {l:7.3f} {unigram - l:+7.3f}{'   <- target' if i == hit else ''}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--preset', default='tiny'); ap.add_argument('--steps', type=int, default=3000, help='step budget of both runs')
+    ap.add_argument('--batch-size', type=int, default=32); ap.add_argument('--block-size', type=int, default=128)
+    ap.add_argument('--eval-every', type=int, default=50); ap.add_argument('--eval-batches', type=int, default=8)
+    ap.add_argument('--cap-minutes', type=float, default=30.0, help='training time after which a run counts as the cap')
+    ap.add_argument('--threads', type=int, default=2); ap.add_argument('--margin', type=float, default=0.5)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"time to loss on {a.threads} thread(s): preset {a.preset}, batch {a.batch_size} x {a.block_size}, budget {a.steps} steps, "
+          f"eval every {a.eval_every} steps on {a.eval_batches} batches, target: {a.margin} nat below the unigram entropy")
+    with tempfile.TemporaryDirectory() as d:
+        o = ours(a, Path(d)/'ours')
+    target = o['unigram'] - a.margin
+    cap = 60 * a.cap_minutes
+    h = hugging_face(a, target)
+    print(f"unigram entropy of the eval masks {o['unigram']:.3f} nats; target {target:.3f}")
+    show(f"nl_embryo ({o['recipe']} recipe, {o['model']}, {o['n_params']:,} parameters)", o['curve'], o['unigram'], target)
+    show(f"Hugging Face Trainer ({h['model']}, post-LN, lr 1e-3, 15% masking)", h['curve'], o['unigram'], target)
+    ro, rh = reached(o['curve'], target), reached(h['curve'], target)
+    to = ro[2] if ro and ro[2] <= cap else cap
+    th = rh[2] if rh and rh[2] <= cap else cap
+    fmt = lambda r, t: f"{t:7.1f} s, {r[1]:,} tokens (step {r[0]})" if r and r[2] <= cap else f"{t:7.1f} s (the cap: not reached)"
+    print(f"\ntime to {a.margin} nat below the unigram entropy:\n  nl_embryo     {fmt(ro, to)}\n  HF Trainer    {fmt(rh, th)}")
+    print(f"ratio (HF / nl_embryo wall time): {th / to:.2f}x{'' if rh else ' (at least: HF counted at the cap)'}")
+
+
+if __name__ == '__main__':
+    main()
