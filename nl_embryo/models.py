@@ -47,6 +47,7 @@ class SizePreset:
             raise NlEmbryoError(f"preset {self.name!r} has a size below 1: {self}", "use positive sizes")
 
 PRESETS: dict[str, SizePreset] = {p.name: p for p in [
+    SizePreset('mini', hidden=128, layers=4, heads=4, intermediate=512),
     SizePreset('tiny', hidden=256, layers=4, heads=4, intermediate=1024),
     SizePreset('small', hidden=256, layers=12, heads=4, intermediate=1024, embedding_size=128),
     SizePreset('base', hidden=768, layers=12, heads=12, intermediate=3072),

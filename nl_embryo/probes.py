@@ -4,91 +4,27 @@
 
 # %% ../nbs/06_probes.ipynb #4fca125c
 from __future__ import annotations
-import contextlib, functools, importlib, io, math, subprocess, sys, tempfile, time, warnings
-from dataclasses import dataclass, field
+import functools, importlib, subprocess, sys, tempfile, warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, autocast_dtype, get_device
+from .analysis import Analysis, analyze, register
+from .charts import step_axis
+from .core import NlEmbryoError, autocast_dtype
+from .probe_solver import classification_scores, fit_probes
+from .timeline import Run
+from .words import Alignment, align_words, max_input_length, token_batches, words_frame
 
 # %% auto #0
-__all__ = ['SPLITS', 'SMALL_PROBE', 'SPACY_MODEL', 'PROBE_TASKS', 'PROBES_VERSION', 'words_frame', 'Alignment',
-           'max_input_length', 'align_words', 'ProbeTask', 'extract_features', 'LinearProbes', 'fit_probes',
-           'classification_scores', 'control_labels', 'probe_scores', 'load_spacy', 'probe_task', 'probe_analysis',
-           'probe_curves_chart', 'probe_heatmap_chart', 'save_chart', 'analyze_probes', 'report_cells']
-
-# %% ../nbs/06_probes.ipynb #2a10db0b
-def words_frame(sentences, space_after=None) -> tuple[list[str], pd.DataFrame]:
-    """Sentences (lists of words) as texts plus a words frame with one row per word: `sent`, `wid` (position in the
-    sentence), `word`, `start`, `end` (character span in the text). `space_after`: per sentence, a bool per word
-    (default: a space after every word)."""
-    texts, S, W, WORD, A, B = [], [], [], [], [], []
-    for i, ws in enumerate(sentences):
-        sp = space_after[i] if space_after is not None else None
-        pos, parts = 0, []
-        for j, w in enumerate(ws):
-            w = str(w)
-            S.append(i); W.append(j); WORD.append(w); A.append(pos); B.append(pos + len(w))
-            parts.append(w); pos += len(w)
-            if j < len(ws) - 1 and (sp is None or sp[j]): parts.append(' '); pos += 1
-        texts.append(''.join(parts))
-    words = pd.DataFrame({'sent': np.array(S, np.int32), 'wid': np.array(W, np.int32), 'word': WORD,
-                          'start': np.array(A, np.int32), 'end': np.array(B, np.int32)})
-    return texts, words
-
-@dataclass
-class Alignment:
-    "The subword pieces of each sentence and the words they belong to."
-    input_ids: list            # per sentence: int64 array of piece ids, special tokens included
-    word_row: np.ndarray       # (n_pairs,) a row of the words frame ...
-    piece_pos: np.ndarray      # ... and the position of one of its pieces in its sentence
-    n_pieces: np.ndarray       # (n_words,) pieces per word (0: not aligned)
-    first_piece: np.ndarray    # (n_words,) position of the word's first piece (-1: not aligned)
-    truncated: np.ndarray      # (n_sentences,) True where the sentence was cut at the length limit
-
-    def pieces(self, row: int) -> np.ndarray:
-        "Positions of the pieces of word `row`."
-        return np.sort(self.piece_pos[self.word_row == row])
-
-def max_input_length(model, tokenizer) -> int:
-    "The longest input a model takes: its position embeddings or the tokenizer's limit, whichever is smaller."
-    n = getattr(getattr(model, 'config', None), 'max_position_embeddings', None) or 512
-    t = getattr(tokenizer, 'model_max_length', None) or n
-    return int(min(n, t))
-
-def align_words(tokenizer, texts: list[str], words: pd.DataFrame, max_length: int = 512) -> Alignment:
-    "Tokenise `texts` (cut at `max_length` pieces) and give each word of `words` (sorted by `sent`) the pieces whose characters overlap it."
-    if not getattr(tokenizer, 'is_fast', True):
-        raise NlEmbryoError(f"{type(tokenizer).__name__} is a slow tokenizer: aligning words with pieces needs character offsets",
-                            "load a fast tokenizer (AutoTokenizer.from_pretrained(path, use_fast=True))")
-    texts = list(texts)
-    enc = tokenizer(texts, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=True, max_length=max_length)
-    n_full = [len(x) for x in tokenizer(texts)['input_ids']] if texts else []
-    sent, starts, ends = (words[c].to_numpy() for c in ('sent', 'start', 'end'))
-    bounds = np.searchsorted(sent, np.arange(len(texts) + 1))
-    wr, pp, ids = [], [], []
-    for i in range(len(texts)):
-        ids.append(np.asarray(enc['input_ids'][i], dtype=np.int64))
-        a, b = bounds[i], bounds[i + 1]
-        if a == b: continue
-        off = np.asarray(enc['offset_mapping'][i], dtype=np.int64).reshape(-1, 2)
-        ok = ~np.asarray(enc['special_tokens_mask'][i], bool) & (off[:, 1] > off[:, 0])
-        hit = (off[None, :, 0] < ends[a:b, None]) & (off[None, :, 1] > starts[a:b, None]) & ok[None, :]
-        w, p = np.nonzero(hit)
-        wr.append(w + a); pp.append(p)
-    wr = np.concatenate(wr).astype(np.int64) if wr else np.zeros(0, np.int64)
-    pp = np.concatenate(pp).astype(np.int64) if pp else np.zeros(0, np.int64)
-    n_pieces = np.bincount(wr, minlength=len(words))
-    first = np.full(len(words), np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first, wr, pp)
-    first[n_pieces == 0] = -1
-    truncated = np.array([len(x) for x in ids], dtype=np.int64) < np.array(n_full, dtype=np.int64)
-    return Alignment(ids, wr, pp, n_pieces, first, truncated)
+__all__ = ['SPLITS', 'SPACY_MODEL', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBES', 'probe_analysis', 'ProbeTask', 'extract_features',
+           'control_labels', 'probe_scores', 'load_spacy', 'probe_task', 'probes_checkpoint', 'probes_data',
+           'parse_tasks', 'probe_curves_chart', 'probe_heatmap_chart', 'probes_charts', 'probes_section',
+           'analyze_probes']
 
 # %% ../nbs/06_probes.ipynb #9e517dd5
 SPLITS = ('train', 'dev', 'test')
@@ -128,16 +64,6 @@ def _span_rows(task: ProbeTask, span: str):
     bounds = np.searchsorted(task.words['sent'].to_numpy(), np.arange(len(task.texts) + 1))
     base = bounds[task.targets['sent'].to_numpy()]
     return base + task.targets[f'{span}_start'].to_numpy(), base + task.targets[f'{span}_end'].to_numpy()
-
-def _batches(lengths: np.ndarray, batch_tokens: int) -> list[list[int]]:
-    "Indices grouped into batches of similar length with at most `batch_tokens` padded tokens each."
-    out, cur, cur_max = [], [], 0
-    for i in np.argsort(lengths, kind='stable'):
-        m = max(cur_max, int(lengths[i]))
-        if cur and m * (len(cur) + 1) > batch_tokens: out.append(cur); cur, m = [], int(lengths[i])
-        cur.append(int(i)); cur_max = m
-    if cur: out.append(cur)
-    return out
 
 def _check_aligned(task: ProbeTask, al: Alignment, keep: np.ndarray, max_len: int, max_unaligned: float):
     if keep.all(): return
@@ -192,7 +118,7 @@ def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', b
     amp = autocast_dtype(device)
     T_ = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
     with torch.no_grad():
-        for batch in tqdm(_batches(np.where(needed, lengths, 0), batch_tokens), desc=f"features {task.name}", disable=not progress, leave=False):
+        for batch in tqdm(token_batches(np.where(needed, lengths, 0), batch_tokens), desc=f"features {task.name}", disable=not progress, leave=False):
             batch = [i for i in batch if needed[i]]
             if not batch: continue
             T = int(lengths[batch].max())
@@ -219,315 +145,6 @@ def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', b
             feats[ut] = tv.reshape(hs.shape[0], len(ut), len(spans) * H).transpose(0, 1).to('cpu', getattr(torch, dtype)).numpy()
     if out is not None: feats.flush()
     return feats, keep
-
-# %% ../nbs/06_probes.ipynb #57c1d4ba
-@dataclass
-class LinearProbes:
-    "One multinomial logistic regression per layer: `weight` (L, D, C) and `bias` (L, C) over features standardised with `mean`, `std` (L, D)."
-    weight: torch.Tensor
-    bias: torch.Tensor
-    mean: torch.Tensor
-    std: torch.Tensor
-    info: dict = field(default_factory=dict)
-
-    def logits(self, X, chunk: int = 65536) -> torch.Tensor:
-        "Logits (L, N, C) of features X (N, L, D)."
-        return torch.cat([torch.baddbmm(self.bias[:, None, :], self._z(X[i:i + chunk]), self.weight)
-                          for i in range(0, len(X), chunk)], 1) if len(X) else torch.zeros((len(self.bias), 0, self.bias.shape[1]))
-
-    def predict(self, X) -> np.ndarray:
-        "The predicted class of each example at each layer: an int array (L, N)."
-        return self.logits(X).argmax(-1).cpu().numpy()
-
-    def _z(self, X):
-        return (_layers_first(X, self.weight.device) - self.mean[:, None, :]) / self.std[:, None, :]
-
-def _as_float32(X, device) -> torch.Tensor:
-    "Features (N, L, D) (an array, a memory-mapped array or a tensor) as a float32 tensor on `device`."
-    if isinstance(X, torch.Tensor): t = X
-    else:
-        a = np.ascontiguousarray(X)
-        t = torch.from_numpy(a) if a.flags.writeable else torch.tensor(a)       # a read-only memmap: copy
-    return t.to(device=device, dtype=torch.float32)
-
-def _layers_first(X, device) -> torch.Tensor:
-    "Features (N, L, D) as a float32 tensor (L, N, D) on `device`."
-    return _as_float32(X, device).transpose(0, 1).contiguous()
-
-def _moments(X, device, chunk: int = 16384):
-    "Per-layer mean and standard deviation (L, D) of features X (N, L, D), read in chunks."
-    s = s2 = 0
-    for i in range(0, len(X), chunk):
-        z = _layers_first(X[i:i + chunk], device).double()
-        s = s + z.sum(1); s2 = s2 + (z * z).sum(1)
-    n = len(X); mean = s / n
-    std = ((s2 / n - mean * mean).clamp_min(0) * n / max(n - 1, 1)).sqrt()
-    return mean.float(), std.float().clamp_min(1e-6)
-
-def _standardised(X, device, chunk: int = 1024):
-    """Features X (N, L, D) standardised per layer and dimension, as a float32 tensor (L, D, N) on `device` (examples
-    last: the long dimension of the probes' products), with the mean and standard deviation (L, D). Two passes over X
-    in chunks (a memory-mapped X is read chunk by chunk): the mean, then the centred values and their spread."""
-    N, L, D = X.shape
-    rows = lambda i: _as_float32(X[i:i + chunk], device)                          # (n, L, D)
-    s = torch.zeros((L, D), dtype=torch.float64, device=device)
-    for i in range(0, N, chunk): s += rows(i).sum(0).double()                   # float32 within a chunk, float64 across
-    mean = (s / max(N, 1)).float()
-    Z = torch.empty((L, D, N), device=device)
-    s2 = torch.zeros((L, D), dtype=torch.float64, device=device)
-    for i in range(0, N, chunk):
-        z = rows(i) - mean
-        s2 += (z * z).sum(0).double()
-        Z[:, :, i:i + chunk] = z.permute(1, 2, 0)
-    std = (s2 / max(N - 1, 1)).sqrt().float().clamp_min(1e-6)
-    Z *= (1 / std)[:, :, None]
-    return Z, mean, std
-
-def _preconditioner(Z, wd, max_rows: int = 2048):
-    """P (L, D, D), its inverse, and r (L, D) with P^T P = diag(r): with W = P W' the objective in W' has the same minimiser and the
-    regulariser wd/2 sum_k r_k ||W'_k||^2. P = V (S + wd)^(-1/2), V and S the eigenvectors and -values of each layer's
-    covariance, estimated on at most `max_rows` evenly spaced examples of Z (L, D, N): P only conditions the problem,
-    the objective is the same for any P of this form."""
-    N = Z.shape[2]
-    Zs = Z if N <= max_rows else Z[:, :, torch.linspace(0, N - 1, max_rows, device=Z.device).long()]
-    s, V = torch.linalg.eigh(torch.bmm(Zs, Zs.transpose(1, 2)) / Zs.shape[2])
-    inv = (s.clamp_min(0) + wd).rsqrt()
-    return V * inv[:, None, :], V.transpose(1, 2) / inv[:, :, None], inv * inv
-
-def _loss_grad(x, Z, y, wd, P, r, C):
-    """Objective (mean cross-entropy + wd/2 sum_k r_k ||W'_k||^2) and its gradient per layer at x = [W' (D*C), b (C)]
-    (one row per layer, W = P W'), for standardised features Z (l, D, N) and labels y (N,)."""
-    l, D, N = Z.shape
-    Wp, b = x[:, :D * C].view(l, D, C), x[:, D * C:]
-    lp = torch.log_softmax(torch.baddbmm(b[:, :, None], torch.bmm(P, Wp).transpose(1, 2), Z), 1)      # (l, C, N)
-    yi = y.view(1, 1, N).expand(l, 1, N)
-    rW = Wp * r[:, :, None]
-    f = -lp.gather(1, yi).sum((1, 2)) / N + 0.5 * wd * (Wp * rW).sum((1, 2))
-    R = lp.exp_()
-    R.scatter_add_(1, yi, torch.full((l, 1, N), -1.0, device=Z.device)).div_(N)                       # (softmax - one-hot) / N
-    gW = torch.baddbmm(rW, P.transpose(1, 2), torch.bmm(R, Z.transpose(1, 2)).transpose(1, 2), beta=wd)
-    return f, torch.cat([gW.flatten(1), R.sum(2)], 1)
-
-def _column_blocks(Z1, y, blocks: int):
-    """One layer's features Z1 (D, N) as `blocks` column blocks (blocks, D, m), zero-padded to blocks * m columns,
-    with the labels in the same blocks and a 0/1 mask of the real columns (blocks, 1, m)."""
-    D, N = Z1.shape
-    m = -(-N // blocks)
-    Zb = torch.zeros((blocks, D, m), device=Z1.device)
-    for k in range(blocks): Zb[k, :, :max(0, min(m, N - k * m))] = Z1[:, k * m:(k + 1) * m]
-    yb = torch.zeros(blocks * m, dtype=y.dtype, device=y.device); yb[:N] = y
-    valid = torch.zeros(blocks * m, device=Z1.device); valid[:N] = 1
-    return Zb, yb.view(blocks, 1, m), valid.view(blocks, 1, m)
-
-def _loss_grad_blocks(x, Zb, yb, valid, n, wd, P, r, C):
-    """`_loss_grad` for one layer held in column blocks (`_column_blocks`, n real columns): on the CPU the blocks'
-    products run in parallel, where one product with few output rows (the classes) would use the cores poorly."""
-    B, D, m = Zb.shape
-    Wp, b = x[:, :D * C].view(D, C), x[0, D * C:]
-    lp = torch.log_softmax(torch.baddbmm(b[None, :, None], (P[0] @ Wp).T.expand(B, C, D), Zb), 1)   # (B, C, m)
-    rW = Wp * r[0][:, None]
-    f = -(lp.gather(1, yb) * valid).sum() / n + 0.5 * wd * (Wp * rW).sum()
-    R = lp.exp_()
-    R.scatter_add_(1, yb, torch.full_like(valid, -1.0)).mul_(valid / n)
-    gW = wd * rW + P[0].T @ torch.bmm(R, Zb.transpose(1, 2)).sum(0).T
-    return f[None], torch.cat([gW.flatten(), R.sum((0, 2))])[None]
-
-def _lbfgs(fg, x0, max_iter=300, tol=1e-3, history=10, c1=1e-4, min_iter=3):
-    """Per-layer L-BFGS (own history, step and stopping) from x0 (L, dim): `fg(x, act)` gives the objectives and
-    gradients (l,), (l, dim) of the layers `act` (a list of indices) at x (l, dim). A layer stops when an iteration
-    lowers its objective by less than `tol` of its value (not before `min_iter` iterations: the first steps from a
-    warm start are short). Returns x (L, dim) and info."""
-    L = len(x0)
-    dev = x0.device
-    X = x0.clone()
-    iters = np.zeros(L, int); act = list(range(L)); n_eval = 0
-    x = X.clone(); f, g = fg(x, act); n_eval += 1
-    S, Yh, rho = [], [], []
-    gamma = torch.ones(L, device=dev)
-    for it in range(max_iter):
-        q = -g; alphas = []
-        for s_, y_, r_ in zip(reversed(S), reversed(Yh), reversed(rho)):
-            a = r_ * (s_ * q).sum(1); alphas.append(a); q = q - a[:, None] * y_
-        d = q * gamma[:, None]
-        for s_, y_, r_, a in zip(S, Yh, rho, reversed(alphas)):
-            d = d + (a - r_ * (y_ * d).sum(1))[:, None] * s_
-        gd = (g * d).sum(1)
-        if bool((gd >= 0).any()):                                   # not a descent direction: steepest descent
-            bad = gd >= 0; d[bad] = -g[bad]; gd = (g * d).sum(1)
-        t = torch.ones(len(act), device=dev) if S else torch.clamp(1.0 / g.abs().sum(1), max=1.0)
-        for _ in range(30):                                          # Armijo backtracking, per layer
-            xn = x + t[:, None] * d
-            fn, gn = fg(xn, act); n_eval += 1
-            ok = fn <= f + c1 * t * gd + 1e-6 * f.abs()              # (room for float32 rounding)
-            if bool(ok.all()): break
-            t = torch.where(ok, t, 0.5 * t)
-        s_, y_ = xn - x, gn - g
-        sy = (s_ * y_).sum(1); good = sy > 1e-10
-        S.append(s_); Yh.append(y_); rho.append(torch.where(good, 1.0 / sy.clamp_min(1e-10), torch.zeros_like(sy)))
-        if len(S) > history: S.pop(0); Yh.pop(0); rho.pop(0)
-        gamma = torch.where(good, sy / (y_ * y_).sum(1).clamp_min(1e-20), gamma)
-        done = ((f - fn).abs() <= tol * fn.abs().clamp_min(1e-3)) | (gn.abs().amax(1) <= 1e-7)
-        if it + 1 < min_iter: done &= gn.abs().amax(1) <= 1e-7
-        x, f, g = xn, fn, gn
-        iters[act] += 1
-        if bool(done.any()) or it == max_iter - 1:
-            X[act] = x
-            keep = ~done
-            if not bool(keep.any()) or it == max_iter - 1: break
-            act = [a for a, k in zip(act, keep.tolist()) if k]
-            x, f, g, gamma = x[keep], f[keep], g[keep], gamma[keep]
-            S = [v[keep] for v in S]; Yh = [v[keep] for v in Yh]; rho = [v[keep] for v in rho]
-    return X, dict(iterations=iters.tolist(), evaluations=n_eval)
-
-@functools.lru_cache(maxsize=1)
-def _cache_bytes() -> int:
-    "The size of the CPU's last-level (L3) cache, read from sysfs (32 MiB when it cannot be read)."
-    try:
-        for idx in sorted(Path('/sys/devices/system/cpu/cpu0/cache').glob('index*')):
-            if (idx/'level').read_text().strip() == '3':
-                v = (idx/'size').read_text().strip()
-                return int(v[:-1]) * {'K': 2**10, 'M': 2**20, 'G': 2**30}[v[-1]] if v[-1] in 'KMG' else int(v)
-    except (OSError, ValueError, KeyError): pass
-    return 32 * 2**20
-
-def _layer_groups(Z) -> list[tuple[int, int]]:
-    """The layers of Z (L, D, N) fitted together: all at once on a GPU; on the CPU as many as fill half the last-level
-    cache (at least one), so that the passes of L-BFGS over a group's features read them from the cache, not from
-    memory."""
-    L, D, N = Z.shape
-    if Z.device.type != 'cpu': return [(0, L)]
-    per = max(1, int(_cache_bytes() // 2 // (D * N * 4)))
-    return [(i, min(L, i + per)) for i in range(0, L, per)]
-
-def _fit_lbfgs(Z, y, C, wd, max_iter, tol):
-    """Preconditioned per-layer L-BFGS over standardised Z (L, D, N), by groups of layers: W (L, D, C), b (L, C), info.
-    A group after the first starts from the solution of the layer below it (adjacent layers' features are alike)."""
-    L, D, N = Z.shape
-    P, Pinv, r = _preconditioner(Z, wd)
-    xs, iters, evals = [], [], 0
-    for a, b in _layer_groups(Z):
-        x0 = None
-        if xs:                                        # the layer below's weights, in this group's coordinates
-            below = xs[-1][-1]
-            W_below = P[a - 1] @ below[:D * C].view(D, C)
-            x0 = torch.cat([torch.bmm(Pinv[a:b], W_below.expand(b - a, D, C)).flatten(1), below[D * C:].expand(b - a, C)], 1)
-        if x0 is None: x0 = torch.zeros((b - a, D * C + C), device=Z.device)
-        if b - a == 1 and Z.device.type == 'cpu' and torch.get_num_threads() > 1:
-            blocks = _column_blocks(Z[a], y, torch.get_num_threads())
-            fg = lambda x, act, Pa=P[a:b], ra=r[a:b], blocks=blocks: _loss_grad_blocks(x, *blocks, N, wd, Pa, ra, C)
-        else:
-            cached = {}
-            def fg(x, act, a=a):
-                key = tuple(act)
-                if key not in cached:                 # the features of the layers still running (a copy when some stopped)
-                    idx = [a + i for i in act]; cached.clear()
-                    cached[key] = (Z[a:a + len(idx)] if idx == list(range(a, a + len(idx))) else Z[idx], P[idx], r[idx])
-                return _loss_grad(x, *cached[key][:1], y, wd, *cached[key][1:], C)
-        x, info = _lbfgs(fg, x0, max_iter, tol)
-        xs.append(x); iters += info['iterations']; evals += info['evaluations']
-    x = torch.cat(xs)
-    return torch.bmm(P, x[:, :D * C].view(L, D, C)), x[:, D * C:].contiguous(), dict(iterations=iters, evaluations=evals)
-
-def _adam(X, y, C, wd, mean, std, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
-    "Minibatch Adam on all layers; each layer keeps the weights of its best dev-accuracy epoch."
-    L, D = mean.shape
-    W = torch.zeros((L, D, C), device=device, requires_grad=True); b = torch.zeros((L, C), device=device, requires_grad=True)
-    opt = torch.optim.Adam([W, b], lr=lr)
-    in_memory = not isinstance(X, np.memmap)
-    Zall = ((_layers_first(X, device) - mean[:, None]) / std[:, None]) if in_memory else None
-    Zdev = (_layers_first(X_dev, device) - mean[:, None]) / std[:, None]
-    yt, ydev = torch.as_tensor(y, device=device), torch.as_tensor(y_dev, device=device)
-    best = torch.full((L,), -1.0, device=device); bestW, bestb = W.detach().clone(), b.detach().clone()
-    stale = torch.zeros(L, dtype=torch.long, device=device)
-    rng = np.random.default_rng(seed); N = len(y); epoch = 0
-    for epoch in range(1, epochs + 1):
-        perm = rng.permutation(N)
-        for i in range(0, N, batch_size):
-            idx = np.sort(perm[i:i + batch_size])
-            Zb = Zall[:, torch.from_numpy(idx).to(device)] if in_memory else (_layers_first(X[idx], device) - mean[:, None]) / std[:, None]
-            logits = torch.baddbmm(b[:, None, :], Zb, W)
-            loss = F.cross_entropy(logits.flatten(0, 1), yt[idx].repeat(L), reduction='sum') / len(idx) + 0.5 * wd * (W * W).sum()
-            opt.zero_grad(); loss.backward(); opt.step()
-        with torch.no_grad():
-            acc = (torch.baddbmm(b[:, None, :], Zdev, W).argmax(-1) == ydev).float().mean(1)
-            better = acc > best
-            best = torch.where(better, acc, best); stale = torch.where(better, 0, stale + 1)
-            bestW[better] = W[better]; bestb[better] = b[better]
-        if bool((stale >= patience).all()): break
-    return bestW, bestb, dict(epochs=epoch, dev_accuracy=best.tolist())
-
-def _sklearn(Z, y, C, wd, max_iter):
-    "scikit-learn's LogisticRegression (lbfgs) on each layer of standardised Z (L, D, N), same objective."
-    from sklearn.linear_model import LogisticRegression
-    L, D, N = Z.shape
-    classes = np.unique(y)
-    W, b, its = np.zeros((L, D, C), np.float32), np.full((L, C), -1e4, np.float32), []
-    for l in range(L):
-        clf = LogisticRegression(C=1.0 / (wd * N), max_iter=max_iter).fit(Z[l].T.cpu().numpy().astype(np.float64), y)
-        W[l][:, classes] = clf.coef_.T; b[l][classes] = clf.intercept_; its.append(int(np.max(clf.n_iter_)))
-    return torch.from_numpy(W).to(Z.device), torch.from_numpy(b).to(Z.device), dict(iterations=its)
-
-@contextlib.contextmanager
-def _torch_threads(n: int | None):
-    "Run the block with at most `n` torch threads (None: unchanged)."
-    old = torch.get_num_threads()
-    if n is not None and n < old: torch.set_num_threads(n)
-    try: yield
-    finally:
-        if torch.get_num_threads() != old: torch.set_num_threads(old)
-
-SMALL_PROBE = 2e8   # layers x examples x dim x classes below which a CPU fit runs on one thread
-
-def fit_probes(X, y, n_classes: int | None = None, solver: str = 'lbfgs', weight_decay: float = 1e-3, tol: float = 1e-3,
-               max_iter: int = 300, X_dev=None, y_dev=None, lr: float = 3e-3, batch_size: int = 256, epochs: int = 100,
-               patience: int = 5, seed: int = 0, device=None, threads: int | None = None) -> LinearProbes:
-    """Fit a linear probe on every layer of features `X` (N, L, D) for integer labels `y` (N,), in one call.
-    `solver`: 'lbfgs' (default; a layer stops when one iteration lowers its objective by less than `tol` of its value,
-    or after `max_iter`), 'adam' (minibatch, early stopping on `X_dev`, `y_dev`: `lr`,
-    `batch_size`, `epochs`, `patience`) or 'sklearn'. `device`: default CUDA when available. `threads`: torch threads
-    on the CPU (default: one for a small problem, where starting threads costs more than it saves; else unchanged)."""
-    n_classes_ = int(n_classes or (np.max(y) + 1 if len(y) else 1))
-    if threads is None and get_device(device).type == 'cpu' and np.prod(X.shape) * n_classes_ < SMALL_PROBE: threads = 1
-    with _torch_threads(threads):
-        return _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device)
-
-def _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
-    y = np.asarray(y, dtype=np.int64)
-    if len(y) != len(X): raise NlEmbryoError(f"{len(X)} feature rows but {len(y)} labels", "pass one label per row of X")
-    if len(np.unique(y)) < 2:
-        raise NlEmbryoError(f"the probe's training labels hold a single class ({np.unique(y).tolist()}): there is nothing to learn",
-                            "a probing task needs at least two classes in its train split: use more sentences or another task")
-    if solver not in ('lbfgs', 'adam', 'sklearn'): raise NlEmbryoError(f"unknown probe solver {solver!r}", "use 'lbfgs', 'adam' or 'sklearn'")
-    device = get_device(device)
-    C = int(n_classes or (y.max() + 1))
-    t0 = time.perf_counter()
-    if solver == 'adam':
-        mean, std = _moments(X, device)
-        if X_dev is None:                                            # no dev split given: hold out a tenth of train
-            cut = np.random.default_rng(seed).permutation(len(y)); n_dev = max(1, len(y) // 10)
-            dv, tr = np.sort(cut[:n_dev]), np.sort(cut[n_dev:])
-            X, y, X_dev, y_dev = X[tr], y[tr], X[dv], y[dv]
-        W, b, info = _adam(X, y, C, weight_decay, mean, std, X_dev, np.asarray(y_dev, dtype=np.int64), lr, batch_size, epochs, patience, seed, device)
-    else:
-        Z, mean, std = _standardised(X, device)
-        if solver == 'sklearn': W, b, info = _sklearn(Z, y, C, weight_decay, max_iter)
-        else: W, b, info = _fit_lbfgs(Z, torch.as_tensor(y, device=device), C, weight_decay, max_iter, tol)
-    info.update(solver=solver, seconds=time.perf_counter() - t0)
-    return LinearProbes(W.detach(), b.detach(), mean, std, info)
-
-# %% ../nbs/06_probes.ipynb #57f841a2
-def classification_scores(pred, y, n_classes: int) -> dict[str, np.ndarray]:
-    "Accuracy, micro-F1 and macro-F1 (over the classes present in `y`) of predictions `pred` (L, N) against `y` (N,): arrays per layer."
-    pred = np.atleast_2d(pred); y = np.asarray(y)
-    L = len(pred)
-    conf = np.zeros((L, n_classes, n_classes), np.int64)
-    for l in range(L): conf[l] = np.bincount(y * n_classes + pred[l], minlength=n_classes * n_classes).reshape(n_classes, n_classes)
-    tp = np.einsum('lcc->lc', conf); fp = conf.sum(1) - tp; fn = conf.sum(2) - tp
-    present = np.bincount(y, minlength=n_classes) > 0
-    with np.errstate(invalid='ignore', divide='ignore'):
-        f1 = np.where(present, 2 * tp / np.maximum(2 * tp + fp + fn, 1), np.nan)
-    micro = 2 * tp.sum(1) / np.maximum(2 * tp.sum(1) + fp.sum(1) + fn.sum(1), 1)
-    return dict(accuracy=(pred == y).mean(1), f1_micro=micro, f1_macro=np.nanmean(f1[:, present], 1))
 
 # %% ../nbs/06_probes.ipynb #12ee288d
 def control_labels(types, labels, seed: int = 0) -> np.ndarray:
@@ -700,12 +317,13 @@ def probe_task(name: str, n_words: int = 3000, seed: int = 0, max_sentence_words
     targets = targets.reset_index(drop=True)
     return ProbeTask(name, texts, words, targets, PROBE_TASKS[name])
 
-# %% ../nbs/06_probes.ipynb #d4226406
-PROBES_VERSION = 1   # bump to invalidate cached probe results when the code behind probe_analysis changes
+# %% ../nbs/06_probes.ipynb #380a4733
+PROBES_VERSION = 2   # bump to invalidate cached probe results when the code behind probes_checkpoint changes
 
-def probe_analysis(model, tokenizer, data, pooling: str = 'mean', control: bool = True, seed: int = 0, batch_tokens: int = 8192,
-                   feature_dtype: str = 'float32', stream: bool = False, version: int = PROBES_VERSION, **fit_options) -> pd.DataFrame:
+def probes_checkpoint(model, tokenizer, data, pooling: str = 'mean', control: bool = True, seed: int = 0, batch_tokens: int = 8192,
+                      feature_dtype: str = 'float32', stream: bool = False, **fit_options) -> pd.DataFrame:
     "Probe every layer of `model` on one task (`data`: `ProbeTask.data()`): a tidy frame of `probe_scores`."
+    fit_options.pop('version', None)                                    # (the cache tag of older callers)
     task = data if isinstance(data, ProbeTask) else ProbeTask(**data)
     order = np.argsort(task.targets['split'].map({s: i for i, s in enumerate(SPLITS)}).to_numpy(), kind='stable')
     task = ProbeTask(task.name, task.texts, task.words, task.targets.iloc[order].reset_index(drop=True), task.description)  # train rows first: slices
@@ -716,19 +334,33 @@ def probe_analysis(model, tokenizer, data, pooling: str = 'mean', control: bool 
         del X
     return df
 
-# %% ../nbs/06_probes.ipynb #6049a4f0
-def _step_axis(title='step (log scale)'):
-    import altair as alt
-    return alt.X('step:Q', scale=alt.Scale(type='symlog'), title=title)
+def probes_data(run, tasks=('pos',), n_words: int = 3000, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
+    "The data of `probes_checkpoint` for `run`: one `ProbeTask.data()` per task name, with sentences that fit the run's model."
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    if not tasks: raise NlEmbryoError("no probing task given", f"choose from: {', '.join(PROBE_TASKS)}")
+    for t in tasks:
+        if t not in PROBE_TASKS: raise NlEmbryoError(f"unknown probing task {t!r}", f"choose from: {', '.join(PROBE_TASKS)}")
+    positions = Run.coerce(run).model_config().get('max_position_embeddings')
+    if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
+    return [probe_task(name, n_words=n_words, seed=seed, max_sentence_words=max_sentence_words).data() for name in tasks]
 
+def parse_tasks(text: str) -> tuple:
+    "`'pos,dep'` -> `('pos', 'dep')`, each checked against `PROBE_TASKS`."
+    tasks = tuple(t.strip() for t in str(text).split(',') if t.strip())
+    bad = [t for t in tasks if t not in PROBE_TASKS]
+    if bad or not tasks: raise NlEmbryoError(f"unknown probing task(s) {bad or text!r}", f"choose from: {', '.join(PROBE_TASKS)}")
+    return tasks
+
+# %% ../nbs/06_probes.ipynb #20e70f51
 def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None):
-    "Probe `metric` over steps, one line per layer, one panel per task (log-scaled steps; majority baseline dashed for accuracies)."
+    "Probe `metric` over steps, one line per layer, one panel per task (the shared step axis; majority baseline dashed for accuracies)."
     import altair as alt
-    if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze_probes first")
+    if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
     keepm = [metric] + (['majority'] if metric in ('accuracy', 'control_accuracy') else [])
     d = df[df['metric'].isin(keepm)][['step', 'task', 'layer', 'metric', 'value']]
+    x = step_axis(d['step'])
     lines = alt.Chart().transform_filter(alt.datum.metric == metric).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=_step_axis(), y=alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False)),
+        x=x, y=alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False)),
         color=alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer'),
         tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f')])
     layers = [lines]
@@ -741,7 +373,7 @@ def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | 
 def probe_heatmap_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None):
     "Probe `metric` as a layer x checkpoint heatmap, one panel per task."
     import altair as alt
-    if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze_probes first")
+    if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
     d = df[df['metric'] == metric][['step', 'task', 'layer', 'value']]
     return alt.Chart(d).mark_rect().encode(
         x=alt.X('step:O', title='checkpoint (step)'), y=alt.Y('layer:O', sort='descending'),
@@ -750,90 +382,39 @@ def probe_heatmap_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str |
     ).properties(width=alt.Step(22), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
         title=title or f'probe {metric.replace("_", " ")}: layer x step')
 
-def save_chart(chart, path, formats=('html', 'png'), scale: float = 1.5) -> dict[str, Path]:
-    """Write `chart` as `PATH.html` (self-contained: Vega inlined, renders offline) and `PATH.png` (vl-convert), each
-    atomically; returns the written paths by format."""
-    path = Path(path); out = {}
-    bad = set(formats) - {'html', 'png'}
-    if bad: raise NlEmbryoError(f"unknown chart format(s) {sorted(bad)}", "choose among html, png")
-    for f in formats:
-        p = path.with_name(f"{path.name}.{f}")
-        if f == 'html':
-            buf = io.StringIO(); chart.save(buf, format='html', inline=True); atomic_write_text(p, buf.getvalue())
-        else:
-            buf = io.BytesIO(); chart.save(buf, format='png', scale_factor=scale); atomic_write_bytes(p, buf.getvalue())
-        out[f] = p
+def probes_charts(tables: dict) -> dict:
+    "The saved charts of the probes analysis: `probes_accuracy`, `probes_selectivity` (with control tasks), `probes_heatmap`."
+    df = tables['probes']
+    out = dict(probes_accuracy=probe_curves_chart(df, 'accuracy'), probes_heatmap=probe_heatmap_chart(df, 'accuracy'))
+    if 'selectivity' in set(df['metric']): out['probes_selectivity'] = probe_curves_chart(df, 'selectivity')
     return out
 
-# %% ../nbs/06_probes.ipynb #7cd03f0d
-def _parquet_bytes(df: pd.DataFrame) -> bytes:
-    buf = io.BytesIO(); df.to_parquet(buf, index=False); return buf.getvalue()
+# %% ../nbs/06_probes.ipynb #c8365c40
+def probes_section(run, tables: dict) -> list:
+    "The probes' part of a report: what they measure, the curves, the heatmap, selectivity and the table of values."
+    df = tables['probes']
+    parts = ["A linear probe per layer (layer 0 = embeddings) predicts each word's label (for `pos`: its part of speech) "
+             "from the hidden states of every checkpoint (paper 002 §4). Dashed: the majority-class baseline. *Selectivity* "
+             "is the probe's accuracy minus that of a control task that gives each word type a random label (Hewitt & "
+             "Liang 2019): what the layer encodes beyond word identity.",
+             probe_curves_chart(df), probe_heatmap_chart(df)]
+    if 'selectivity' in set(df['metric']): parts.append(probe_curves_chart(df, 'selectivity'))
+    parts.append(df[df.metric.isin(['accuracy', 'selectivity'])].pivot_table(index=['task', 'metric', 'step'], columns='layer', values='value').round(3))
+    return parts
 
-def _max_positions(checkpoint: Path) -> int | None:
-    "The number of positions of the model in a checkpoint folder (the discriminator's for an ELECTRA pair), if it says."
-    import json
-    for p in (checkpoint/'config.json', checkpoint/'discriminator'/'config.json'):
-        if p.exists(): return json.loads(p.read_text()).get('max_position_embeddings')
-    return None
+PROBES = register(Analysis(
+    'probes', 'Linear probes', probes_checkpoint, probes_data,
+    defaults=dict(tasks=('pos',), n_words=3000, seed=0, max_sentence_words=40, pooling='mean', control=True,
+                  solver='lbfgs', weight_decay=1e-3, tol=1e-3),
+    data_options=('tasks', 'n_words', 'seed', 'max_sentence_words'), shared_options=('seed',), row_options=('tasks',),
+    key=('task',), charts=probes_charts, section=probes_section, version=PROBES_VERSION,
+    cli=dict(option='tasks', metavar='TASKS', parse=parse_tasks, help=f"linear probes per layer on these tasks, e.g. pos,dep (of: {', '.join(PROBE_TASKS)})"),
+    description='linear probes per layer: part of speech, dependencies, spans (paper 002 §4)'), replace=True)
 
-def analyze_probes(run, tasks=('pos',), steps=None, out_dir=None, quiet: bool = False, n_words: int = 3000, seed: int = 0,
-                   max_sentence_words: int = 40, device=None, charts: bool = True, **options) -> pd.DataFrame:
-    """Probe every layer of every checkpoint of `run` (a `Run` or its folder) on `tasks` (names of `PROBE_TASKS`).
-    Writes `probes.parquet` and the charts `probes_accuracy`, `probes_selectivity`, `probes_heatmap` (.html, .png) to
-    `out_dir` (default `RUN/analysis`) and returns the tidy frame. `options` go to `probe_analysis` / `fit_probes`.
-    Sentences are chosen to fit the model: at most `max_sentence_words` words, and at most half as many words as the
-    model has positions (a run trained on short blocks is probed on short sentences, not on cut ones)."""
-    from nl_embryo.models import quiet_transformers
-    from nl_embryo.timeline import Run
-    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
-    if not tasks: raise NlEmbryoError("no probing task given", f"choose from: {', '.join(PROBE_TASKS)}")
-    for t in tasks:
-        if t not in PROBE_TASKS: raise NlEmbryoError(f"unknown probing task {t!r}", f"choose from: {', '.join(PROBE_TASKS)}")
-    run = run if isinstance(run, Run) else Run(run)
-    positions = _max_positions(run.checkpoint())   # (and a clear error for a folder without a complete checkpoint)
-    if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
-    device = str(get_device(device))
-    frames = []
-    for name in tasks:
-        task = probe_task(name, n_words=n_words, seed=seed, max_sentence_words=max_sentence_words)
-        with quiet_transformers():
-            frames.append(run.map(probe_analysis, task.data(), steps=steps, progress=not quiet, device=device, seed=seed,
-                                  version=PROBES_VERSION, **options))
-    df = pd.concat(frames, ignore_index=True)
-    out_dir = Path(out_dir) if out_dir is not None else run.path/'analysis'
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir/'probes.parquet'
-    merged = df
-    if path.exists():
-        try: old = pd.read_parquet(path); merged = pd.concat([old[~old['task'].isin(tasks)], df], ignore_index=True)
-        except Exception: pass
-    atomic_write_bytes(path, _parquet_bytes(merged))
-    if charts:
-        save_chart(probe_curves_chart(merged, 'accuracy'), out_dir/'probes_accuracy')
-        if 'selectivity' in set(merged['metric']): save_chart(probe_curves_chart(merged, 'selectivity'), out_dir/'probes_selectivity')
-        save_chart(probe_heatmap_chart(merged, 'accuracy'), out_dir/'probes_heatmap')
-    return df
+# %% ../nbs/06_probes.ipynb #740a7f1c
+probe_analysis = probes_checkpoint
 
-# %% ../nbs/06_probes.ipynb #a000b8e5
-def report_cells(run_dir=None) -> list:
-    """Markdown and code cells (nbformat) showing the probes of the run named by the report's `run_dir` variable
-    (`run_dir` here is the fallback). `[]` when `run_dir` is given and has no `analysis/probes.parquet`; with
-    `run_dir=None` the cells compute the probes (`analyze_probes`, cached) when the file is missing."""
-    import nbformat
-    if run_dir is not None and not (Path(run_dir)/'analysis'/'probes.parquet').exists(): return []
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    return [
-        md("## Linear probes\n\nA linear probe per layer (layer 0 = embeddings) predicts each word's part of speech from "
-           "the hidden states of every checkpoint (paper 002 §4). Dashed: the majority-class baseline. *Selectivity* is "
-           "the probe's accuracy minus that of a control task that gives each word type a random label (Hewitt & Liang "
-           "2019): what the layer encodes beyond word identity."),
-        code("import pandas as pd\nfrom pathlib import Path"),
-        code("from nl_embryo.probes import analyze_probes, probe_curves_chart, probe_heatmap_chart"),
-        code(f"probes_run = globals().get('run_dir', {None if run_dir is None else str(run_dir)!r})\n"
-             "probes_file = Path(probes_run)/'analysis'/'probes.parquet'\n"
-             "probes = pd.read_parquet(probes_file) if probes_file.exists() else analyze_probes(probes_run, quiet=True)\n"
-             "probe_curves_chart(probes)"),
-        code("probe_heatmap_chart(probes)"),
-        code("probe_curves_chart(probes, 'selectivity') if 'selectivity' in set(probes.metric) else None"),
-        code("probes[probes.metric.isin(['accuracy', 'selectivity'])].pivot_table(index=['task', 'metric', 'step'], columns='layer', values='value').round(3)"),
-    ]
+def analyze_probes(run, tasks=('pos',), steps=None, quiet: bool = False, charts: bool = True, device=None, **options) -> pd.DataFrame:
+    "The older name of `analyze(run, 'probes', tasks=tasks, ...)`, kept for one release."
+    options.pop('out_dir', None)
+    return analyze(run, 'probes', steps=steps, progress=not quiet, charts=charts, device=device, tasks=(tasks,) if isinstance(tasks, str) else tuple(tasks), **options)

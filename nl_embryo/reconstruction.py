@@ -4,20 +4,25 @@
 
 # %% ../nbs/07_reconstruction.ipynb #f92c9067
 from __future__ import annotations
-import functools, io, warnings
+import functools, warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from .core import NlEmbryoError, atomic_write_bytes, autocast_dtype, get_device
-from .probes import _batches, align_words, max_input_length, save_chart, words_frame
+from .analysis import Analysis, analyze, register
+from .charts import step_axis
+from .core import NlEmbryoError, autocast_dtype, torch_threads
+from .timeline import Run
+from .words import align_words, max_input_length, token_batches, words_frame
 
 # %% auto #0
-__all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'RECONSTRUCTION_VERSION', 'pos_class', 'bin_label',
-           'reconstruction_data', 'word_correctness', 'accuracy_by_group', 'reconstruction_analysis',
-           'train_copy_model', 'rescale_by_final', 'reconstruction_chart', 'analyze_reconstruction', 'report_cells']
+__all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'RECONSTRUCTION_VERSION', 'reconstruction_checkpoint', 'RECONSTRUCTION',
+           'pos_class', 'bin_label', 'reconstruction_data', 'word_correctness', 'accuracy_by_group',
+           'reconstruction_analysis', 'train_copy_model', 'rescale_by_final', 'reconstruction_check',
+           'reconstruction_part', 'reconstruction_inputs', 'reconstruction_chart', 'reconstruction_charts',
+           'reconstruction_section', 'analyze_reconstruction']
 
 # %% ../nbs/07_reconstruction.ipynb #3f08d6bb
 POS_CLASSES = {
@@ -106,7 +111,7 @@ def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], p
     out = [None] * len(seqs)
     amp = autocast_dtype(device)
     with torch.no_grad():
-        for batch in _batches(lengths, batch_tokens):
+        for batch in token_batches(lengths, batch_tokens):
             T = int(lengths[batch].max())
             ids = torch.full((len(batch), T), pad, dtype=torch.long); att = torch.zeros((len(batch), T), dtype=torch.long)
             for b, i in enumerate(batch): ids[b, :lengths[i]] = torch.from_numpy(seqs[i]); att[b, :lengths[i]] = 1
@@ -193,8 +198,7 @@ def train_copy_model(tokenizer, texts: list[str], max_steps: int = 300, lr: floa
     reference model for reconstruction accuracy 1.0. Trains until every piece is reproduced (or `max_steps`), on one
     CPU thread (the model is too small to gain from more, and loses much to busy cores). A learning rate much above
     the default sends it to the unigram plateau (every position predicts the most frequent piece) for good."""
-    from nl_embryo.probes import _torch_threads
-    with _torch_threads(1): return _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden)
+    with torch_threads(1): return _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden)
 
 def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
     from nl_embryo.models import SizePreset, build_model, mlm_head
@@ -214,7 +218,7 @@ def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
         if acc < 1: warnings.warn(f"the copy model reproduces {acc:.1%} of the pieces after {max_steps} steps; raise max_steps or lower lr")
     return model.eval()
 
-# %% ../nbs/07_reconstruction.ipynb #03eee36c
+# %% ../nbs/07_reconstruction.ipynb #166d6463
 def rescale_by_final(df: pd.DataFrame) -> pd.DataFrame:
     "Rows with `metric='accuracy_rescaled'`: each (task, grouping, group)'s accuracy divided by its value at the last step."
     acc = df[df['metric'] == 'accuracy']
@@ -227,83 +231,76 @@ def rescale_by_final(df: pd.DataFrame) -> pd.DataFrame:
     out['metric'] = 'accuracy_rescaled'
     return out
 
-def _check_masked_lm(run, steps) -> str:
-    "The `part` to load, after checking that the run's checkpoints have a masked-LM head."
-    import json
-    path = run.checkpoint(None if steps is None else max([steps] if isinstance(steps, int) else list(steps)))
-    if (path/'generator').exists(): return 'generator'
-    archs = json.loads((path/'config.json').read_text()).get('architectures') or []
+def reconstruction_check(run) -> None:
+    "Refuse a run whose checkpoints have no masked-LM head (an ELECTRA pair is scored through its generator)."
+    run = Run.coerce(run)
+    if run.is_pair(): return
+    archs = run.model_config().get('architectures') or []
     if not any(a.endswith('ForMaskedLM') for a in archs):
         raise NlEmbryoError(f"{run.path} holds a {', '.join(archs) or 'model'} without a masked-LM head: token reconstruction "
                             "and mask prediction read the head's predictions",
                             "use a run pre-trained with an MLM objective (nl-embryo pretrain); probe an encoder such as "
-                            "all-MiniLM-L6-v2 with analyze_probes instead")
-    return 'auto'
+                            "all-MiniLM-L6-v2 with analyze(run, 'probes') instead")
 
+def reconstruction_part(run) -> str:
+    "Which half of a checkpoint reconstruction reads: the generator of an ELECTRA pair, else the model."
+    return 'generator' if Run.coerce(run).is_pair() else 'auto'
+
+def reconstruction_inputs(run, n_words: int = 800, per_bin: int = 25, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
+    "The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model."
+    positions = Run.coerce(run).model_config(part=reconstruction_part(run)).get('max_position_embeddings')
+    if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
+    return [reconstruction_data(n_words=n_words, per_bin=per_bin, seed=seed, max_sentence_words=max_sentence_words)]
+
+reconstruction_checkpoint = reconstruction_analysis
+
+# %% ../nbs/07_reconstruction.ipynb #e482d47a
 def reconstruction_chart(df: pd.DataFrame, grouping: str = 'pos', rescaled: bool = False, title: str | None = None):
-    "Reconstruction and prediction accuracy by group over steps (log-scaled, step 0 included), one panel per task."
+    "Reconstruction and prediction accuracy by group over steps (the shared step axis, step 0 included), one panel per task."
     import altair as alt
     metric = 'accuracy_rescaled' if rescaled else 'accuracy'
+    if rescaled and not (df['metric'] == metric).any(): df = rescale_by_final(df)
     d = df[(df['grouping'] == grouping) & (df['metric'] == metric)][['step', 'task', 'group', 'value', 'n']]
-    if d.empty: raise NlEmbryoError(f"no {metric} rows for grouping {grouping!r}", "run analyze_reconstruction first")
+    if d.empty: raise NlEmbryoError(f"no {metric} rows for grouping {grouping!r}", "run analyze(run, 'reconstruction') first")
     order = {'pos': list(POS_CLASSES), 'verb_form': list(VERB_FORMS)}.get(grouping, sorted(d['group'].unique(), key=lambda s: (len(s), s)))
     return alt.Chart(d).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=alt.X('step:Q', scale=alt.Scale(type='symlog'), title='step (log scale)'),
+        x=step_axis(d['step']),
         y=alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy'),
         color=alt.Color('group:N', sort=order, title=grouping.replace('_', ' ')),
         tooltip=['task', 'group', 'step', alt.Tooltip('value:Q', format='.3f'), 'n']
     ).properties(width=280, height=200).facet(column=alt.Column('task:N', sort=['reconstruction', 'prediction'], title=None)).properties(
         title=title or f"token reconstruction and mask prediction by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}")
 
-def analyze_reconstruction(run, steps=None, out_dir=None, quiet: bool = False, n_words: int = 800, per_bin: int = 25,
-                           mask_fraction: float | None = 0.15, seed: int = 0, device=None, charts: bool = True, **options) -> pd.DataFrame:
-    """Token reconstruction and mask prediction over the checkpoints of `run` (a `Run` or its folder). Writes
-    `reconstruction.parquet` and the charts `reconstruction_pos`, `reconstruction_pos_rescaled`,
-    `reconstruction_verb_form`, `reconstruction_frequency` (.html, .png) to `out_dir` (default `RUN/analysis`);
-    returns the tidy frame (step, task, layer, grouping, group, metric, value, n)."""
-    from nl_embryo.models import quiet_transformers
-    from nl_embryo.probes import _parquet_bytes
-    from nl_embryo.timeline import Run
-    run = run if isinstance(run, Run) else Run(run)
-    part = _check_masked_lm(run, steps)
-    data = reconstruction_data(n_words=n_words, per_bin=per_bin, seed=seed)
-    with quiet_transformers():
-        df = run.map(reconstruction_analysis, data, steps=steps, progress=not quiet, device=str(get_device(device)), part=part,
-                     mask_fraction=mask_fraction, version=RECONSTRUCTION_VERSION, **options)
-    df = pd.concat([df, rescale_by_final(df)], ignore_index=True)
-    out_dir = Path(out_dir) if out_dir is not None else run.path/'analysis'
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir/'reconstruction.parquet', _parquet_bytes(df))
-    if charts:
-        save_chart(reconstruction_chart(df, 'pos'), out_dir/'reconstruction_pos')
-        save_chart(reconstruction_chart(df, 'pos', rescaled=True), out_dir/'reconstruction_pos_rescaled')
-        save_chart(reconstruction_chart(df, 'verb_form'), out_dir/'reconstruction_verb_form')
-        if (df['grouping'] == 'frequency').any(): save_chart(reconstruction_chart(df, 'frequency'), out_dir/'reconstruction_frequency')
-    return df
+def reconstruction_charts(tables: dict) -> dict:
+    "The saved charts: by part of speech (also rescaled), by verb form, by frequency."
+    df = tables['reconstruction']
+    out = dict(reconstruction_pos=reconstruction_chart(df, 'pos'), reconstruction_pos_rescaled=reconstruction_chart(df, 'pos', rescaled=True),
+               reconstruction_verb_form=reconstruction_chart(df, 'verb_form'))
+    if (df['grouping'] == 'frequency').any(): out['reconstruction_frequency'] = reconstruction_chart(df, 'frequency')
+    return out
 
-# %% ../nbs/07_reconstruction.ipynb #79e9b2de
-def report_cells(run_dir=None) -> list:
-    """Markdown and code cells (nbformat) showing reconstruction and prediction of the run named by the report's
-    `run_dir` variable (`run_dir` here is the fallback). `[]` when `run_dir` is given and has no
-    `analysis/reconstruction.parquet`; with `run_dir=None` the cells compute it (`analyze_reconstruction`, cached)."""
-    import nbformat
-    if run_dir is not None and not (Path(run_dir)/'analysis'/'reconstruction.parquet').exists(): return []
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    return [
-        md("## Token reconstruction and mask prediction\n\nAccuracy of the MLM head at reproducing each unmasked word "
-           "(*reconstruction*) and at predicting a whole masked word, all its pieces exactly (*prediction*), by part of "
-           "speech (paper 002 §3). The rescaled chart divides each curve by its value at the last checkpoint, to show "
-           "*when* each class is learned."),
-        code("import pandas as pd\nfrom pathlib import Path"),
-        code("from nl_embryo.reconstruction import analyze_reconstruction, reconstruction_chart"),
-        code(f"rec_run = globals().get('run_dir', {None if run_dir is None else str(run_dir)!r})\n"
-             "rec_file = Path(rec_run)/'analysis'/'reconstruction.parquet'\n"
-             "rec = pd.read_parquet(rec_file) if rec_file.exists() else analyze_reconstruction(rec_run, quiet=True)\n"
-             "reconstruction_chart(rec, 'pos')"),
-        code("reconstruction_chart(rec, 'pos', rescaled=True)"),
-        md("By verb form (paper 002 Fig. 7) and by frequency rank of the word in Brown (Fig. 8: ranks 50–99, 300–349, 1550–1599):"),
-        code("reconstruction_chart(rec, 'verb_form')"),
-        code("reconstruction_chart(rec, 'frequency') if (rec.grouping == 'frequency').any() else None"),
-        code("rec[(rec.metric == 'accuracy') & rec.grouping.isin(['all', 'pos'])].pivot_table(\n"
-             "    index=['task', 'group'], columns='step', values='value', sort=False).round(3)"),
-    ]
+def reconstruction_section(run, tables: dict) -> list:
+    "Reconstruction and prediction in a report: by part of speech (also rescaled), by verb form and frequency, and the values."
+    df = tables['reconstruction']
+    parts = ["Accuracy of the MLM head at reproducing each unmasked word (*reconstruction*) and at predicting a whole "
+             "masked word, all its pieces exactly (*prediction*), by part of speech (paper 002 §3). The rescaled chart "
+             "divides each curve by its value at the last checkpoint, to show *when* each class is learned.",
+             reconstruction_chart(df, 'pos'), reconstruction_chart(df, 'pos', rescaled=True),
+             "By verb form (paper 002 Fig. 7) and by frequency rank of the word in Brown (Fig. 8: ranks 50–99, 300–349, 1550–1599):",
+             reconstruction_chart(df, 'verb_form')]
+    if (df['grouping'] == 'frequency').any(): parts.append(reconstruction_chart(df, 'frequency'))
+    parts.append(df[(df.metric == 'accuracy') & df.grouping.isin(['all', 'pos'])].pivot_table(
+        index=['task', 'group'], columns='step', values='value', sort=False).round(3))
+    return parts
+
+RECONSTRUCTION = register(Analysis(
+    'reconstruction', 'Token reconstruction and mask prediction', reconstruction_checkpoint, reconstruction_inputs,
+    defaults=dict(n_words=800, per_bin=25, seed=0, max_sentence_words=40, mask_fraction=0.15),
+    data_options=('n_words', 'per_bin', 'seed', 'max_sentence_words'), key=('task', 'grouping', 'group', 'metric'),
+    charts=reconstruction_charts, section=reconstruction_section, check=reconstruction_check, part=reconstruction_part,
+    version=RECONSTRUCTION_VERSION, description='token reconstruction and mask prediction by part of speech, verb form and frequency (paper 002 §3)'), replace=True)
+
+def analyze_reconstruction(run, steps=None, quiet: bool = False, charts: bool = True, device=None, **options) -> pd.DataFrame:
+    "The older name of `analyze(run, 'reconstruction', ...)`, kept for one release."
+    options.pop('out_dir', None)
+    return analyze(run, 'reconstruction', steps=steps, progress=not quiet, charts=charts, device=device, **options)

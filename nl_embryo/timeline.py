@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_timeline.ipynb #e3ac9417
 from __future__ import annotations
-import gc, hashlib, inspect, json, time
+import contextlib, gc, hashlib, inspect, json
 from pathlib import Path
 from typing import Callable
 
@@ -13,11 +13,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_write_bytes
-from .pretrain import list_checkpoints, load_trained_model
+from .pretrain import list_checkpoints
 
 # %% auto #0
-__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'Run', 'unigram_entropy_of',
-           'training_curves_chart']
+__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'Run', 'as_run',
+           'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj) -> str:
@@ -47,8 +47,18 @@ def analysis_key(fn: Callable, data, options: dict) -> str:
     return f"{getattr(fn, '__name__', 'analysis')}-{fingerprint([getattr(fn, '__module__', ''), getattr(fn, '__qualname__', ''), src, data, options])}"
 
 # %% ../nbs/05_timeline.ipynb #f4807b49
+def options_key(options: dict) -> str:
+    "The canonical text of analysis options (sorted keys, tuples as lists): the value of a table's `options` column."
+    def norm(v):
+        if isinstance(v, dict): return {str(k): norm(v[k]) for k in sorted(v, key=str)}
+        if isinstance(v, (list, tuple)): return [norm(x) for x in v]
+        if isinstance(v, (np.integer, np.floating)): return v.item()
+        return v if isinstance(v, (str, int, float, bool)) or v is None else repr(v)
+    return json.dumps(norm(options), sort_keys=True)
+
 class Run:
-    "The checkpoint timeline of a pre-training run folder (or a single model folder, as a one-step run)."
+    """The checkpoint timeline of a pre-training run folder (or a single model folder, as a one-step run), and the
+    owner of that folder's layout: checkpoints, metrics, `analysis/` tables, charts and caches."""
     def __init__(self, path):
         self.path = Path(path)
         if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, or a model folder")
@@ -56,6 +66,11 @@ class Run:
         if self.single and not ((self.path/'config.json').exists() and any(self.path.glob('*.safetensors'))):
             raise NlEmbryoError(f"{self.path} is neither a run folder (no checkpoints/) nor a model folder (config.json + safetensors weights)",
                                 "pass the folder given to --out of nl-embryo pretrain, or a Hugging Face model folder")
+
+    @classmethod
+    def coerce(cls, run) -> 'Run':
+        "A `Run` from a `Run`, a run folder or a model folder (any path-like): the one way every function that takes a run reads its argument."
+        return run if isinstance(run, Run) else cls(run)
 
     def __repr__(self):
         s = self.steps()
@@ -81,6 +96,16 @@ class Run:
         if step not in cks: raise NlEmbryoError(f"{self.path} has no checkpoint at step {step}", f"choose one of: {', '.join(map(str, cks))}")
         return cks[step]
 
+    def model_config(self, step: int | None = None, part: str = 'auto') -> dict:
+        "The model's `config.json` at checkpoint `step` (None: the last); for an ELECTRA pair the discriminator's (`part='generator'`: the generator's)."
+        path = self.checkpoint(step)
+        if (path/'discriminator').is_dir(): path = path/('generator' if part == 'generator' else 'discriminator')
+        return json.loads((path/'config.json').read_text())
+
+    def is_pair(self, step: int | None = None) -> bool:
+        "Whether the checkpoints hold an ELECTRA-style generator + discriminator pair."
+        return (self.checkpoint(step)/'discriminator').is_dir()
+
     def metrics(self) -> pd.DataFrame:
         "The training metrics, one row per logged step (lines cut by a crash are skipped)."
         p = self.path/'metrics.jsonl'; rows = []
@@ -98,34 +123,85 @@ class Run:
         return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
 
     def load(self, step: int | None = None, eager: bool = False, part: str = 'auto', device='cpu'):
-        "Load `(model, tokenizer)` of checkpoint `step` in eval mode; `eager=True` switches attention to eager (needed to read attention weights). `part` picks the generator or discriminator of an ELECTRA run (default: discriminator)."
-        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, AutoConfig
+        """Load `(model, tokenizer)` of checkpoint `step` (None: the last) in eval mode: the one loader of the package
+        (`nl_embryo.models.load_model`, safetensors weights only). `eager=True` switches attention to eager (needed to
+        read attention weights). `part` picks the generator or discriminator of an ELECTRA pair (default: discriminator);
+        a model folder without an MLM head loads as its base encoder."""
+        from transformers import AutoTokenizer
+        from nl_embryo.models import load_model, quiet_transformers
+        if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
         path = self.checkpoint(step)
         kw = dict(attn_implementation='eager') if eager else {}
-        if (path/'discriminator').exists():
-            if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use generator or discriminator")
-            pair = load_trained_model(path, attn_implementation='eager' if eager else None)
-            model = pair.generator if part == 'generator' else pair.discriminator
-        else:
-            archs = AutoConfig.from_pretrained(path).architectures or []
-            cls = AutoModelForMaskedLM if any(a.endswith('ForMaskedLM') for a in archs) else AutoModel
-            model = cls.from_pretrained(path, **kw)
-        return model.to(device).eval(), AutoTokenizer.from_pretrained(path)
+        model = load_model(path, **kw)
+        if hasattr(model, 'discriminator'): model = model.generator if part == 'generator' else model.discriminator
+        with quiet_transformers(): tok = AutoTokenizer.from_pretrained(path)
+        return model.to(device).eval(), tok
 
+    # --- the layout of analysis/ ------------------------------------------------------------------------------------
+    @property
+    def analysis_dir(self) -> Path:
+        "`RUN/analysis/`: the tables, charts and caches of the analyses (created on first write)."
+        return self.path/'analysis'
+
+    def table_path(self, name: str) -> Path: return self.analysis_dir/f'{name}.parquet'
+    def chart_path(self, name: str) -> Path: return self.analysis_dir/name
+    def cache_dir(self, key: str) -> Path: return self.analysis_dir/'cache'/key
+
+    def has_table(self, name: str) -> bool:
+        "Whether `analysis/<name>.parquet` exists."
+        return self.table_path(name).exists()
+
+    def table(self, name: str, options: dict | str | None = None) -> pd.DataFrame:
+        "The table `name` (all its rows, or the rows computed with `options`); an empty frame when there is none."
+        p = self.table_path(name)
+        if not p.exists(): return pd.DataFrame()
+        df = pd.read_parquet(p)
+        if options is not None and 'options' in df:
+            df = df[df['options'] == (options if isinstance(options, str) else options_key(options))].reset_index(drop=True)
+        return df
+
+    def write_table(self, name: str, df: pd.DataFrame) -> Path:
+        "Write `analysis/<name>.parquet` atomically (replacing it)."
+        import io
+        buf = io.BytesIO(); df.to_parquet(buf, index=False)
+        return atomic_write_bytes(self.table_path(name), buf.getvalue())
+
+    def update_table(self, name: str, df: pd.DataFrame, key=('options', 'step')) -> pd.DataFrame:
+        """Add the rows of `df` to the table `name`: rows already there with the same `key` values are replaced, every
+        other row a user computed before is kept. Returns the whole table. (Callers hold `analysis_lock`.)"""
+        old = self.table(name)
+        key = [k for k in key if k in df.columns]
+        if len(old) and key and all(k in old.columns for k in key):
+            new_keys = pd.MultiIndex.from_frame(df[key].astype(str))
+            old = old[~pd.MultiIndex.from_frame(old[key].astype(str)).isin(new_keys)]
+            df = pd.concat([old, df], ignore_index=True)
+        elif len(old) and not key: df = pd.concat([old, df], ignore_index=True)
+        if 'step' in df and len(df): df = df.sort_values('step', kind='stable').reset_index(drop=True)
+        self.write_table(name, df)
+        return df
+
+    def analysis_lock(self):
+        "An exclusive lock on this run's `analysis/` folder (across processes), held while tables are read, merged and written."
+        return _file_lock(self.analysis_dir/'.lock')
+
+    # --- analyses over the timeline ---------------------------------------------------------------------------------
     def _checkpoint_id(self, step: int) -> str:
         path = self.checkpoint(step)
         files = sorted(p for p in path.rglob('*.safetensors'))
         return fingerprint([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
 
     def map(self, fn: Callable, data=None, steps=None, cache: bool = True, progress: bool = True, eager: bool = False,
-            device='cpu', part: str = 'auto', **options) -> pd.DataFrame:
-        "Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy frame with a `step` column."
+            device='cpu', part: str = 'auto', cache_tag=None, quiet: bool | None = None, **options) -> pd.DataFrame:
+        """Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy
+        frame with a `step` column. Each step's result is cached on disk, keyed by `fn` (its source), `data`, `options`
+        and `cache_tag` (e.g. a version number) and the checkpoint's files. `quiet=True` is the older spelling of `progress=False`."""
+        if quiet is not None: progress = not quiet
         all_steps = self.steps()
-        steps = all_steps if steps is None else [steps] if isinstance(steps, int) else list(steps)
+        steps = all_steps if steps is None else [steps] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
         missing = [s for s in steps if s not in all_steps]
         if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
-        key = analysis_key(fn, data, dict(options, eager=eager, part=part))
-        folder = self.path/'analysis'/'cache'/key
+        key = analysis_key(fn, data, dict(options, eager=eager, part=part, **({'cache_tag': cache_tag} if cache_tag is not None else {})))
+        folder = self.cache_dir(key)
         frames = []
         for s in tqdm(steps, desc=getattr(fn, '__name__', 'analysis'), disable=not progress, unit='ckpt'):
             f = folder/f"step{s}-{self._checkpoint_id(s)}.parquet"
@@ -141,6 +217,21 @@ class Run:
                 buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(f, buf.getvalue())
             frames.append(df)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    "An exclusive lock on `path` across processes (POSIX `flock`; no lock elsewhere)."
+    try: import fcntl
+    except ImportError: yield; return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try: yield
+        finally: fcntl.flock(f, fcntl.LOCK_UN)
+
+def as_run(run) -> Run:
+    "A `Run` from a `Run`, a run folder or a model folder (`Run.coerce`)."
+    return Run.coerce(run)
 
 # %% ../nbs/05_timeline.ipynb #e9500b8d
 PHASE_COLUMNS = ['phase', 'step', 'value', 'reference', 'source', 'detail']
@@ -165,8 +256,7 @@ def _plateau_exit(run) -> list[dict]:
                  detail=f"still on the plateau at step {int(ev['step'].iloc[-1])}: {float(below.iloc[-1]):+.3f} nat below the unigram entropy")]
 
 def _analysis_table(run, name: str) -> pd.DataFrame | None:
-    p = run.path/'analysis'/f'{name}.parquet'
-    return pd.read_parquet(p) if p.exists() else None
+    return run.table(name) if run.has_table(name) else None
 
 def _attention_onsets(run) -> list[dict]:
     scores = _analysis_table(run, 'attention')
