@@ -25,9 +25,14 @@ RECIPES = {   # label -> options (the preset's own size; block 64, batch 32)
     'tuned, linear schedule (6% warm-up)': dict(TUNED, schedule='linear', warmup=0.06),
     'tuned, post-LN': dict(TUNED, norm='post'),
     'tuned, lr 1e-3': dict(TUNED, lr=1e-3),
+    'tuned, seed 1': dict(TUNED, seed=1),          # seed noise: the same recipe, other initialisation, data order and masks
+    'tuned, seed 2': dict(TUNED, seed=2),
+    'tuned, post-LN, seed 1': dict(TUNED, norm='post', seed=1),
 }
 PER_PRESET = {   # recipes that apply (small has factorised embeddings: no pre-LN class for it)
     'small': ['BERT (post-LN, dropout 0.1, lr 1e-3, 15%, linear)', 'tuned, post-LN'],
+    'tiny': ['BERT (post-LN, dropout 0.1, lr 1e-3, 15%, linear)', 'tuned: pre-LN, no dropout, 30%, unigram bias, triangle, lr 3e-3',
+             'tuned, post-LN', 'tuned, lr 1e-3'],
 }
 
 
@@ -58,13 +63,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--presets', default='mini,tiny,small'); ap.add_argument('--tokens', type=int, default=2_000_000)
     ap.add_argument('--eval-every', type=int, default=50); ap.add_argument('--workers', type=int, default=2)
-    ap.add_argument('--threads', type=int, default=1); ap.add_argument('--recipes', default=None, help='labels to run (comma-separated; default all)')
+    ap.add_argument('--threads', type=int, default=1); ap.add_argument('--recipes', default=None, help='labels to run (separated by |; default all)')
     ap.add_argument('--out', default='nbs/data/recipe_comparison.csv'); ap.add_argument('--child', help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child: return child(json.loads(a.child))
     import pandas as pd
     steps = a.tokens // (32 * 64)
-    chosen = a.recipes.split(',') if a.recipes else list(RECIPES)
+    chosen = a.recipes.split('|') if a.recipes else list(RECIPES)
     specs = [dict(preset=p, label=k, options=RECIPES[k], steps=steps, eval_every=a.eval_every, threads=a.threads)
              for p in a.presets.split(',') for k in chosen if k in PER_PRESET.get(p, RECIPES)]
     def run(spec):

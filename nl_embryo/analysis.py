@@ -68,7 +68,7 @@ def register(analysis: Analysis, replace: bool = False) -> Analysis:
 
 def analyses() -> dict[str, Analysis]:
     "The registry, with every built-in analysis in it."
-    from nl_embryo import probes, reconstruction, attention, knowledge, surgery   # noqa: F401 (each registers its analysis)
+    from nl_embryo import probes, reconstruction, attention, knowledge, surgery, finetune   # noqa: F401 (each registers its analysis)
     return ANALYSES
 
 def get_analysis(name) -> Analysis:

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .analysis import Analysis, analysis_tables, analyze, register
 from .charts import chart_img, chart_png, chart_svg, compact_png, save_chart, step_axis   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
-from .models import is_pair, set_attention
+from .models import is_pair, max_positions, set_attention
 from .timeline import Run
 
 # %% auto #0
@@ -98,7 +98,7 @@ def attention_batches(model, tokenizer, sentences, batch_size: int = 64, max_tok
     sents = as_sentences(sentences)
     net = _encoder(model)
     cfg = net.config
-    limit = getattr(cfg, 'max_position_embeddings', max_tokens) - (2 if getattr(cfg, 'model_type', '') == 'roberta' else 0)
+    limit = max_positions(cfg, default=max_tokens)
     enc = []                                                                   # token ids, compact (int32 arrays)
     for i in range(0, len(sents), 1024):
         enc += [np.asarray(x, np.int32) for x in tokenizer(sents[i:i + 1024], truncation=True, max_length=min(max_tokens, limit))['input_ids']]

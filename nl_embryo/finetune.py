@@ -14,16 +14,18 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from .analysis import Analysis, analyze, register
+from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
 from .models import is_pair, quiet_transformers
 from .pretrain import make_optimizer, lr_at
 from .tasks import Task, load_task, score, SPLITS, SUITE
 
 # %% auto #0
-__all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FinetuneConfig', 'lr_scale', 'default_hparams',
-           'with_head', 'adopt_tokenizer', 'mlm_adapt', 'encode', 'predict', 'evaluate_split', 'train_one', 'finetune',
-           'majority_baseline', 'transfer_table', 'transfer_chart', 'finetune_checkpoint', 'finetune_run',
-           'checkpoint_chart']
+__all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FINETUNE', 'FinetuneConfig', 'lr_scale',
+           'default_hparams', 'with_head', 'adopt_tokenizer', 'mlm_adapt', 'encode', 'predict', 'evaluate_split',
+           'train_one', 'finetune', 'majority_baseline', 'transfer_table', 'transfer_chart', 'finetune_checkpoint',
+           'checkpoint_chart', 'finetune_run']
 
 # %% ../nbs/11_finetune.ipynb #b8416dea
 PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): paper 000 Table 5; POS: paper 001
@@ -227,9 +229,8 @@ def evaluate_split(model, task: Task, examples: list[dict], batch_size: int = 12
 
 # %% ../nbs/11_finetune.ipynb #e8bc8ed7
 def _usable_positions(config) -> int:
-    n = getattr(config, 'max_position_embeddings', 512)
-    if config.model_type in ('roberta', 'xlm-roberta', 'camembert'): n -= (config.pad_token_id or 0) + 1
-    return n
+    from nl_embryo.models import max_positions
+    return max_positions(config, default=512)
 
 def _hidden_size(model) -> int | None:
     cfg = (model.discriminator if is_pair(model) else model).config
@@ -301,7 +302,7 @@ RESULT_COLUMNS = ['task', 'kind', 'seed', 'split', 'metric', 'value', 'primary',
 def _resolve(model_or_path, tokenizer):
     if isinstance(model_or_path, (str, Path)):
         from nl_embryo.timeline import Run
-        with quiet_transformers(): model, tok = Run(model_or_path).load(None)
+        model, tok = Run.coerce(model_or_path).load(None)
         return model, tokenizer or tok
     from nl_embryo.interventions import tokenizer_for
     tokenizer = tokenizer_for(model_or_path, tokenizer)        # swap_embeddings attaches the donor's tokenizer
@@ -397,26 +398,44 @@ def transfer_chart(results: pd.DataFrame, row: str = 'l1', title: str | None = N
 # %% ../nbs/11_finetune.ipynb #9cb3c436
 def finetune_checkpoint(model, tokenizer, data=None, tasks: Sequence[str] = SUITE, seeds: Sequence[int] = (0,),
                         max_train: int | None = 2000, max_eval: int | None = 500, data_seed: int = 0, **hparams) -> pd.DataFrame:
-    "`finetune` as a `Run.map` analysis: `data` is unused; tasks are given by name so the cache key stays small."
+    "`finetune` as a per-checkpoint function: `data` is unused; tasks are given by name so the cache key stays small."
     return finetune(model, tokenizer, list(tasks), list(seeds), max_train, max_eval, data_seed, progress=False, **hparams)
 
-def finetune_run(run, tasks: Sequence[str] = SUITE, steps=None, seeds: Sequence[int] = (0,), max_train: int | None = 2000,
-                 max_eval: int | None = 500, cache: bool = True, progress: bool = True, **hparams) -> pd.DataFrame:
-    "Fine-tune checkpoints `steps` (default: all) of a run on `tasks` through `Run.map`; the results frame with a `step` column."
-    from nl_embryo.timeline import Run
-    run = run if hasattr(run, 'map') else Run(run)
-    with quiet_transformers():
-        return run.map(finetune_checkpoint, steps=steps, cache=cache, progress=progress, tasks=[str(t) for t in tasks],
-                       seeds=list(seeds), max_train=max_train, max_eval=max_eval, **hparams)
-
 def checkpoint_chart(results: pd.DataFrame, split: str = 'test', title: str = 'downstream score over pre-training'):
-    "The main metric of each task against the pre-training step (symlog x), with the average over tasks as a thick line."
+    "The main metric of each task against the pre-training step (the shared step axis), with the average over tasks as a thick line."
     import altair as alt
     if 'step' not in results.columns: raise NlEmbryoError("the results have no step column", "pass the frame of finetune_run")
     df = results[(results['split'] == split) & results['primary']].groupby(['step', 'task'], as_index=False)['value'].mean()
     avg = df.groupby('step', as_index=False)['value'].mean().assign(task='avg')
-    x = alt.X('step:Q', scale=alt.Scale(type='symlog'), title='pre-training step (symlog)')
+    x = step_axis(df['step'], title='pre-training step')
     lines = alt.Chart(df).mark_line(point=True, opacity=0.7).encode(x=x, y=alt.Y('value:Q', title='score'), color='task:N',
                                                                  tooltip=['step', 'task', alt.Tooltip('value:Q', format='.3f')])
     mean = alt.Chart(avg).mark_line(color='black', strokeWidth=3).encode(x=x, y='value:Q')
     return (lines + mean).properties(width=420, height=240, title=title)
+
+def _parse_task_names(text) -> list:
+    names = [t.strip() for t in str(text).split(',') if t.strip()]
+    bad = [n for n in names if n not in SUITE]
+    if bad or not names: raise NlEmbryoError(f"unknown downstream task(s) {bad or text!r}", f"choose from: {', '.join(SUITE)}")
+    return names
+
+FINETUNE = register(Analysis(
+    'finetune', 'Fine-tuning over pre-training', finetune_checkpoint, lambda run: [None],
+    defaults=dict(tasks=list(SUITE), seeds=[0, 1, 2], max_train=2000, max_eval=500, data_seed=0), row_options=('tasks',),
+    key=('task', 'seed', 'split', 'metric'), charts=lambda t: dict(finetune=checkpoint_chart(t['finetune'])),
+    section=lambda run, t: ["Each analysed checkpoint fine-tuned on the downstream tasks (paper 002, Fig. 5): the main metric "
+                            "of each task on its test split, averaged over seeds, and their average (thick).", checkpoint_chart(t['finetune'])],
+    default=False, cli=dict(option='tasks', metavar='TASKS', parse=_parse_task_names, help=f"fine-tune every checkpoint on these tasks (of: {', '.join(SUITE)})"),
+    description='fine-tuning of every checkpoint on downstream tasks (paper 002 §5); not run by default'), replace=True)
+
+def finetune_run(run, tasks: Sequence[str] = SUITE, steps=None, seeds: Sequence[int] = (0,), max_train: int | None = 2000,
+                 max_eval: int | None = 500, cache: bool = True, progress: bool = True, **hparams) -> pd.DataFrame:
+    "Fine-tune checkpoints `steps` (default: all) of a run on `tasks`: `analyze(run, 'finetune', ...)`, the results frame with a `step` column."
+    from nl_embryo.timeline import Run
+    run = Run.coerce(run)
+    if hparams or not cache:   # options outside the declared ones: straight through Run.map (cached per checkpoint all the same)
+        with quiet_transformers():
+            return run.map(finetune_checkpoint, steps=steps, cache=cache, progress=progress, tasks=[str(t) for t in tasks],
+                           seeds=list(seeds), max_train=max_train, max_eval=max_eval, **hparams)
+    return analyze(run, 'finetune', steps=steps, progress=progress, tasks=[str(t) for t in tasks], seeds=list(seeds),
+                   max_train=max_train, max_eval=max_eval).drop(columns=['options'])

@@ -16,7 +16,7 @@ from .analysis import Analysis, analyze, register
 from .charts import step_axis
 from .core import NlEmbryoError, cache_path
 from .data import fetched_path
-from .models import mlm_head
+from .models import max_positions, mlm_head
 from .timeline import Run, fingerprint
 
 # %% auto #0
@@ -206,8 +206,7 @@ def knowledge_probe(model, tokenizer, facts: pd.DataFrame | None = None, templat
                             "probe a *ForMaskedLM model (for an ELECTRA run, its generator: Run.map(..., part='generator'))") from None
     q = fact_queries(facts, tokenizer, templates)
     cfg = model.config
-    limit = getattr(cfg, 'max_position_embeddings', None)
-    if limit is not None and cfg.model_type in ('roberta', 'xlm-roberta', 'camembert'): limit -= cfg.pad_token_id + 1
+    limit = max_positions(cfg)
     if limit is not None and len(q) and (too_long := q.input_ids.map(len) > limit).any():
         warnings.warn(f"{int(too_long.sum())} of {len(q)} queries are longer than the {limit} positions of the model: they are skipped")
         q = q[~too_long].reset_index(drop=True)

@@ -21,11 +21,11 @@ from .corpora import SPECIAL_TOKENS
 
 # %% auto #0
 __all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PRE_LN_ARCHS',
-           'ATTENTION_IMPLEMENTATIONS', 'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers',
-           'model_class', 'ElectraPair', 'is_pair', 'build_model', 'load_model', 'set_attention',
+           'ATTENTION_IMPLEMENTATIONS', 'ROBERTA_TYPES', 'SizePreset', 'get_preset', 'PairConfig', 'build_config',
+           'quiet_transformers', 'model_class', 'ElectraPair', 'is_pair', 'build_model', 'load_model', 'set_attention',
            'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
            'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
-           'split_mlm_head', 'steps_for_equal_flops', 'check_tokenizer_matches']
+           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -451,6 +451,19 @@ def steps_for_equal_flops(model, reference, reference_steps: int, seq_len: int =
     return round(reference_steps * flops_per_token(reference, seq_len, **kwargs)['total'] / flops_per_token(model, seq_len, **kwargs)['total'])
 
 # %% ../nbs/03_models.ipynb #16c6a9ee
+ROBERTA_TYPES = ('roberta', 'roberta-prelayernorm', 'xlm-roberta', 'camembert')   # position ids start after the pad id
+
+def max_positions(model_or_config, default: int | None = None) -> int | None:
+    """The longest input a model accepts: its `max_position_embeddings`, less RoBERTa's position-id offset (`pad_token_id + 1`)
+    for the RoBERTa family. Takes a model, an `ElectraPair` (its discriminator), a config or a config dict (`Run.model_config`)."""
+    cfg = model_or_config
+    if is_pair(cfg): cfg = cfg.discriminator
+    cfg = getattr(cfg, 'config', cfg)
+    get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
+    n = get('max_position_embeddings')
+    if n is None: return default
+    return int(n) - ((get('pad_token_id') or 0) + 1 if get('model_type') in ROBERTA_TYPES else 0)
+
 def check_tokenizer_matches(model, tokenizer) -> None:
     "Raise `NlEmbryoError` unless `tokenizer` has the model's vocabulary size and special-token ids (both halves of a pair)."
     configs = [model.generator.config, model.discriminator.config] if is_pair(model) else [model.config]

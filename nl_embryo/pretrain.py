@@ -309,6 +309,7 @@ class PretrainConfig:
     eval_every: int = 0               # also score the eval blocks every N steps (0: only at checkpoints)
     eval_batches: int = 4             # eval batches scored at every evaluation
     eval_mask_prob: float = 0.15      # masking rate of the eval batches (fixed, so recipes with other rates compare)
+    eval_seed: int = 0                # seeds the eval masks (fixed, so runs with other seeds are scored on the same positions)
     seed: int = 0                     # seeds the model, the data order, the masks and dropout
     precision: str = 'auto'           # auto (bf16 autocast on CUDA) | fp32 | bf16
     compile: bool = False             # torch.compile the model
@@ -408,7 +409,7 @@ def list_checkpoints(run_dir, complete_only: bool = True, warn: bool = True) -> 
     return dict(sorted(out.items()))
 
 def load_trained_model(path, device='cpu', attn_implementation: str | None = None):
-    "Load a checkpoint's model with plain transformers (an `ElectraPair` for ELECTRA/ALE checkpoints)."
+    "Load a checkpoint's model (an `ElectraPair` for ELECTRA/ALE checkpoints): `nl_embryo.models.load_model`, the one loader, moved to `device`."
     kw = dict(attn_implementation=attn_implementation) if attn_implementation else {}
     return load_model(path, **kw).to(device)
 
@@ -497,7 +498,7 @@ def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int, position: i
 _RESUME_KEYS = ('arch', 'preset', 'corpus', 'objective', 'recipe', 'batch_size', 'batch_ramp', 'grad_accum', 'block_size',
                 'vocab_size', 'corpus_tokens', 'norm', 'dropout', 'lr', 'schedule', 'warmup', 'mask_prob', 'mask_split',
                 'output_bias', 'beta2', 'optimizer', 'weight_decay', 'max_grad_norm', 'whole_word', 'temperature',
-                'rtd_weight', 'script_alpha', 'generator_fraction', 'eval_mask_prob', 'seed')
+                'rtd_weight', 'script_alpha', 'generator_fraction', 'eval_mask_prob', 'eval_seed', 'seed')
 
 def _read_metrics(path: Path) -> list[dict]:
     if not path.exists(): return []
@@ -563,7 +564,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     ws = word_start_table(tok) if cfg.whole_word else None
     log_unigram = unigram_log_probs(train, len(tok))
     ev_batches = eval_batches(evalb, cfg.eval_batches, micro)
-    h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.seed, cfg.eval_mask_prob, ws)
+    h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.eval_seed, cfg.eval_mask_prob, ws)
 
     seed_everything(cfg.seed)
     start, state = 0, dict(tokens_seen=0, flops=0.0, elapsed=0.0)
@@ -593,7 +594,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     module, optimizer = acc.prepare(module, optimizer)
     raw = acc.unwrap_model(module)
     raw = getattr(raw, '_orig_mod', raw)
-    evaluate = lambda: _evaluate(raw, ev_batches, cfg.seed, device, mask_prob=cfg.eval_mask_prob, split=MASK_SPLIT)
+    evaluate = lambda: _evaluate(raw, ev_batches, cfg.eval_seed, device, mask_prob=cfg.eval_mask_prob, split=MASK_SPLIT)
 
     flops_per_block = training_flops(model, cfg.block_size, cfg.block_size, objective=cfg.objective, masked_fraction=cfg.mask_prob)
     ck_steps = checkpoint_steps(cfg.checkpoints, cfg.steps)

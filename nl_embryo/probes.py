@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .analysis import Analysis, analyze, register
-from .charts import step_axis
+from .charts import save_chart, step_axis   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
 from .timeline import Run
@@ -340,7 +340,8 @@ def probes_data(run, tasks=('pos',), n_words: int = 3000, seed: int = 0, max_sen
     if not tasks: raise NlEmbryoError("no probing task given", f"choose from: {', '.join(PROBE_TASKS)}")
     for t in tasks:
         if t not in PROBE_TASKS: raise NlEmbryoError(f"unknown probing task {t!r}", f"choose from: {', '.join(PROBE_TASKS)}")
-    positions = Run.coerce(run).model_config().get('max_position_embeddings')
+    from nl_embryo.models import max_positions
+    positions = max_positions(Run.coerce(run).model_config())
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
     return [probe_task(name, n_words=n_words, seed=seed, max_sentence_words=max_sentence_words).data() for name in tasks]
 
@@ -417,4 +418,5 @@ probe_analysis = probes_checkpoint
 def analyze_probes(run, tasks=('pos',), steps=None, quiet: bool = False, charts: bool = True, device=None, **options) -> pd.DataFrame:
     "The older name of `analyze(run, 'probes', tasks=tasks, ...)`, kept for one release."
     options.pop('out_dir', None)
+    parse_tasks(','.join([tasks] if isinstance(tasks, str) else tasks))      # bad task names are named before anything is read
     return analyze(run, 'probes', steps=steps, progress=not quiet, charts=charts, device=device, tasks=(tasks,) if isinstance(tasks, str) else tuple(tasks), **options)

@@ -248,7 +248,8 @@ def reconstruction_part(run) -> str:
 
 def reconstruction_inputs(run, n_words: int = 800, per_bin: int = 25, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
     "The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model."
-    positions = Run.coerce(run).model_config(part=reconstruction_part(run)).get('max_position_embeddings')
+    from nl_embryo.models import max_positions
+    positions = max_positions(Run.coerce(run).model_config(part=reconstruction_part(run)))
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
     return [reconstruction_data(n_words=n_words, per_bin=per_bin, seed=seed, max_sentence_words=max_sentence_words)]
 

@@ -22,10 +22,8 @@ __all__ = ['STORAGE_DTYPES', 'masked_pll', 'sentence_scores', 'script_pll', 'com
 
 # %% ../nbs/13_scoring.ipynb #1d0605dd
 def _max_length(model) -> int | None:
-    cfg = model.config
-    n = getattr(cfg, 'max_position_embeddings', None)
-    if n is None: return None
-    return n - (cfg.pad_token_id + 1 if cfg.model_type in ('roberta', 'xlm-roberta', 'camembert') else 0)
+    from nl_embryo.models import max_positions
+    return max_positions(model)
 
 def _encode(model, tokenizer, sentences) -> tuple[list, list, list, list]:
     "ids, scored positions, word id per position (-1 = none) for each sentence; checks the input."

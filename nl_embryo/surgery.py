@@ -85,7 +85,7 @@ def surgery_data(run, eval_batches: int = 8, batch_size: int = 32, probe: bool =
     if not cfg: raise NlEmbryoError(f"{run.path} has no pre-training config: surgery measures the MLM loss on the run's own eval blocks",
                                     "analyse a run written by nl-embryo pretrain")
     corpus = load_corpus(cfg['corpus'], cfg['block_size'], cfg['vocab_size'], cfg.get('corpus_tokens'), quiet=True)
-    data = dict(batches=first_batches(corpus.eval, eval_batches, batch_size), seed=cfg.get('seed', 0), task=None)
+    data = dict(batches=first_batches(corpus.eval, eval_batches, batch_size), seed=cfg.get('eval_seed', cfg.get('seed', 0)), task=None)
     if probe: data['task'] = probes_data(run, tasks=('pos',), n_words=probe_words, seed=seed)[0]
     return [data]
 

@@ -176,13 +176,12 @@ class Run:
             old = old[~pd.MultiIndex.from_frame(old[key].astype(str)).isin(new_keys)]
             df = pd.concat([old, df], ignore_index=True)
         elif len(old) and not key: df = pd.concat([old, df], ignore_index=True)
-        if 'step' in df and len(df): df = df.sort_values('step', kind='stable').reset_index(drop=True)
         self.write_table(name, df)
         return df
 
     def analysis_lock(self):
         "An exclusive lock on this run's `analysis/` folder (across processes), held while tables are read, merged and written."
-        return _file_lock(self.analysis_dir/'.lock')
+        return _file_lock(self.path/'.analysis.lock')
 
     # --- analyses over the timeline ---------------------------------------------------------------------------------
     def _checkpoint_id(self, step: int) -> str:

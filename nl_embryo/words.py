@@ -47,7 +47,8 @@ class Alignment:
 
 def max_input_length(model, tokenizer) -> int:
     "The longest input a model takes: its position embeddings or the tokenizer's limit, whichever is smaller."
-    n = getattr(getattr(model, 'config', None), 'max_position_embeddings', None) or 512
+    from nl_embryo.models import max_positions
+    n = max_positions(model, default=512)
     t = getattr(tokenizer, 'model_max_length', None) or n
     return int(min(n, t))
 

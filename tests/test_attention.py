@@ -15,7 +15,7 @@ import torch
 
 from nl_embryo.attention import (AttentionExplorer, AttentionStats, analyze_attention, as_sentences, attention_batches,
                                  attention_grid_chart, attention_tables, classify_heads, load_attention, maps_array,
-                                 pattern_emergence, report_cells, save_chart, sentence_attention, shifted_attention_model,
+                                 pattern_emergence, attention_section, save_chart, sentence_attention, shifted_attention_model,
                                  split_tables, to_bertviz, token_classes)
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.corpora import char_tokenizer
@@ -158,6 +158,7 @@ def test_bad_inputs(tmp_path, tok):
     with pytest.raises(NlEmbryoError, match='empty or not strings'): as_sentences(['ok', ''])
     with pytest.raises(NlEmbryoError, match="'text'"): as_sentences(pd.DataFrame({'x': ['a']}))
     with pytest.raises(NlEmbryoError, match='no run'): analyze_attention(tmp_path/'nowhere')
+    (tmp_path/'checkpoints').mkdir()
     with pytest.raises(NlEmbryoError, match='no attention analysis'): load_attention(tmp_path, compute=False)
     _, maps = split_tables(attention_tables(UniformOverPadding(), tok, ['abc']))
     maps.insert(0, 'step', 5)
@@ -227,16 +228,13 @@ def test_explorer_callbacks_read_the_cache_only(analysed, monkeypatch):
     assert ex.renders == drawn and loads == []
 
 
-def test_report_cells_run(analysed):
+def test_report_section_run(analysed):
+    from nl_embryo.analysis import report_section
+    import altair as alt
     run, _ = analysed
-    cells = report_cells(run.path)
-    assert cells[0].cell_type == 'markdown' and {c.cell_type for c in cells} == {'markdown', 'code'}
-    ns = {'run_dir': str(run.path)}
-    for c in cells:
-        if c.cell_type == 'code': exec(compile(c.source, 'report-cell', 'exec'), ns)
-    assert ns['scores']['step'].nunique() == 3 and (ns['layer'], ns['head']) >= (1, 1)
-    nb = nbformat.v4.new_notebook(cells=cells)
-    nbformat.validate(nb)
+    s = report_section(run, 'attention')
+    assert s.title.startswith('Attention') and isinstance(s.parts[0], str) and '3 checkpoints' in s.parts[0]
+    assert any(isinstance(p, (alt.TopLevelMixin,)) for p in s.parts) and any(isinstance(p, pd.DataFrame) for p in s.parts)
 
 
 def test_bertviz_export_matches_the_model(analysed):

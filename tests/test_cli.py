@@ -37,10 +37,11 @@ def test_analyze_writes_every_table(tiny_run):
     assert {'layer', 'head', 'pattern', 'value'} <= set(attention.columns)
 
 
-def test_analyze_only_some_steps(tiny_run):
+def test_analyze_only_some_steps_keeps_the_others(tiny_run):
+    before = pd.read_parquet(tiny_run/'analysis'/'attention.parquet')
     run_cli('analyze', tiny_run, '--attention', '--steps', '4', '--quiet')
     df = pd.read_parquet(tiny_run/'analysis'/'attention.parquet')
-    assert set(df['step']) == {4}
+    assert set(df['step']) == {0, 4} and len(df) == len(before)          # step 4 recomputed (from the cache), step 0 kept
 
 
 def test_analyze_bad_input(tmp_path, tiny_run):

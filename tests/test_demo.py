@@ -8,7 +8,7 @@ import pandas as pd
 
 from conftest import nl_embryo_cmd
 
-SECTIONS = ['Training curves', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge']
+SECTIONS = ['Training curves', 'Phases', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge', 'Surgery over time']
 
 
 def demo(out, *args):
@@ -24,7 +24,7 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
     ckpts = sorted(int(p.name[4:]) for p in (out/'checkpoints').iterdir() if p.name.startswith('step'))
     assert ckpts == [0, 1, 2, 4, 8]
     assert 'analyses at steps [0, 2, 8]' in r.stdout
-    for name in ('probes', 'reconstruction', 'attention', 'knowledge'):
+    for name in ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery'):
         df = pd.read_parquet(out/'analysis'/f'{name}.parquet')
         assert set(df['step']) == {0, 2, 8}, (name, sorted(set(df['step'])))
         assert df['value'].notna().any()
@@ -39,6 +39,14 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
     demo(out, '--steps', '8', '--analysis-steps', '3')              # complete run: reused, analyses read their caches
     assert [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()] == steps_logged
     assert (out/'report.html').stat().st_mtime_ns > mtime
+    # the CLI's defaults are the demo's: `analyze --probes` finds the demo's cache (no new cache entry) and its table rows
+    cache = sorted(p.name for p in (out/'analysis'/'cache').rglob('*.parquet'))
+    rows = len(pd.read_parquet(out/'analysis'/'probes.parquet'))
+    r = subprocess.run(nl_embryo_cmd('analyze', out, '--probes', '--steps', '0,2,8', '--quiet'), capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(p.name for p in (out/'analysis'/'cache').rglob('*.parquet')) == cache
+    assert len(pd.read_parquet(out/'analysis'/'probes.parquet')) == rows
 
 
 def test_demo_without_analyses_reports_the_training_only(tmp_path):

@@ -11,7 +11,7 @@ from nl_embryo.core import NlEmbryoError
 from nl_embryo.corpora import CORPORA, get_tokenizer
 from nl_embryo.knowledge import (RELATIONS, load_facts, fact_queries, single_token_counts, train_byte_bpe, knowledge_probe,
                                  knowledge_scores, split_facts, inject_facts, fact_sentences, analyze_knowledge,
-                                 knowledge_predictions, top_predictions_table, report_cells)
+                                 knowledge_predictions, top_predictions_table)
 
 CAPITALS = pd.DataFrame(dict(relation='capital', subject=['France', 'Italy', 'Burkina Faso', 'Chad', 'Peru'],
                              object=['Paris', 'Rome', 'Ouagadougou', "N'Djamena", 'Lima']))
@@ -117,18 +117,20 @@ def test_a_model_at_step_0_knows_no_fact(facts_run):
 
 
 def test_analyze_knowledge_writes_tidy_scores_and_charts(facts_run, tmp_path):
+    from nl_embryo.analysis import report_section
+    from nl_embryo.timeline import Run
     run, facts = facts_run
-    scores = analyze_knowledge(run, out_dir=tmp_path, quiet=True, facts=facts)
-    assert list(scores.columns) == ['step', 'relation', 'metric', 'value', 'n'] and set(scores.metric) == {'p@1', 'p@10', 'mrr'}
+    run = Run(run)
+    assert 'nl-embryo analyze' in report_section(run, 'knowledge').markdown()     # no table yet: the section says how to compute one
+    scores = analyze_knowledge(run, quiet=True, facts=facts)
+    assert list(scores.columns) == ['step', 'options', 'relation', 'metric', 'value', 'n'] and set(scores.metric) == {'p@1', 'p@10', 'mrr'}
     assert scores.step.unique().tolist() == [0, STEPS]
-    assert pd.read_parquet(tmp_path/'knowledge.parquet').equals(scores)
-    assert (tmp_path/'knowledge.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-    html = (tmp_path/'knowledge.html').read_text()
+    assert run.table('knowledge').equals(scores)
+    assert run.chart_path('knowledge').with_suffix('.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    html = run.chart_path('knowledge').with_suffix('.html').read_text()
     assert 'cdn.jsdelivr' not in html and 'vega' in html
-    preds = pd.read_parquet(tmp_path/'knowledge_predictions.parquet')
+    preds = run.table('knowledge_predictions')
     table = top_predictions_table(preds, n=1)
     assert list(table.columns) == [f'step {s}' for s in (0, STEPS)]
-    assert report_cells(tmp_path/'no-run') == []                      # a run without knowledge results adds no section
-    cells = report_cells()
-    assert cells[0].cell_type == 'markdown' and any('analyze_knowledge(' in c.source for c in cells)
-    assert any("read_parquet(knowledge_dir/'knowledge_predictions.parquet')" in c.source for c in cells)
+    s = report_section(run, 'knowledge')
+    assert s.title == 'World knowledge' and isinstance(s.parts[-1], pd.DataFrame) and list(s.parts[-1].columns) == list(table.columns)

@@ -193,15 +193,13 @@ def test_analyze_probes_writes_and_caches(short_run, monkeypatch):
     assert again.equals(df)
     # another task is added to the parquet file; the rows of the earlier tasks stay
     monkeypatch.undo()
-    analyze_probes(short_run, tasks=('pos-full',), n_words=300, steps=[4], quiet=True, charts=False)
+    analyze_probes(short_run, tasks=('pos-full',), n_words=500, steps=[4], quiet=True, charts=False)
     assert set(pd.read_parquet(a/'probes.parquet').task) == {'pos', 'tr-pos', 'pos-full'}
-    # the demo report's cells read the file (the report's run_dir variable, else the argument); no file: no cells
-    from nl_embryo.probes import report_cells
-    ns = {}
-    for c in report_cells(short_run.path):
-        if c.cell_type == 'code': exec(c.source, ns)
-    assert set(ns['probes'].task) == {'pos', 'tr-pos', 'pos-full'}
-    assert report_cells(short_run.path/'nothing') == []
+    # the report section reads the table: every task, the charts and the values
+    from nl_embryo.analysis import report_section
+    s = report_section(short_run, 'probes')
+    table = s.parts[-1]
+    assert set(table.index.get_level_values('task')) == {'pos', 'tr-pos', 'pos-full'} and len(s.parts) >= 4
 
 
 def test_folder_without_checkpoints_is_refused(tmp_path):

@@ -52,13 +52,12 @@ def test_copy_model_through_the_timeline(tmp_path, tok, small, copier):
     assert acc.loc[('reconstruction', 'all', 'all'), 'value'] == 1.0
     assert (acc.loc['reconstruction'].query('n > 0').value == 1.0).all()
     assert set(df.columns) >= {'step', 'task', 'layer', 'grouping', 'group', 'metric', 'value', 'n'} and set(df.step) == {0}
-    assert (run.path/'analysis'/'reconstruction.parquet').exists() and (run.path/'analysis'/'reconstruction_pos.png').exists()
-    # the demo report's cells read the file (the report's run_dir variable, else the argument); no file: no cells
-    cells = R.report_cells(run.path)
-    ns = {}
-    for c in cells:
-        if c.cell_type == 'code': exec(c.source, ns)
-    assert ns['rec'].equals(df) and R.report_cells(tmp_path/'nothing') == []
+    assert run.has_table('reconstruction') and run.chart_path('reconstruction_pos').with_suffix('.png').exists()
+    # the report section reads the table (charts and the table of values)
+    from nl_embryo.analysis import report_section
+    s = report_section(run, 'reconstruction')
+    assert s.title.startswith('Token reconstruction') and s.parts[-1].shape[0] >= 9
+    assert 'nl-embryo analyze' in report_section(run, 'probes').markdown()   # no probes table: a hint
     # a second call is answered from the cache: no checkpoint is loaded, the frame is identical
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))

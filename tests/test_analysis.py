@@ -1,0 +1,72 @@
+"""The analysis contract (`nl_embryo.analysis`): one registry read by `nl-embryo analyze`, the demo and the report;
+tables that accumulate; report sections that render on a run with no analysis yet."""
+import contextlib, io
+
+import pandas as pd
+import pytest
+
+from nl_embryo.analysis import ANALYSES, Analysis, analyses, analyze, register, report_section, show_section
+from nl_embryo.timeline import Run
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory, small_corpus):
+    "A mini BERT trained for 4 steps on the small nested-zipf corpus, checkpoints 0, 2 and 4."
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    out = tmp_path_factory.mktemp('analysis')/'run'
+    return Run(pretrain(PretrainConfig(out=str(out), preset='mini', corpus='nested-zipf', block_size=32, corpus_tokens=40_000,
+                                       steps=4, batch_size=4, checkpoints='0,2,4', eval_batches=1), quiet=True))
+
+
+def _norms(model, tokenizer, data, n_ids=50):
+    return pd.DataFrame([dict(metric='embedding norm', value=float(model.get_input_embeddings().weight[5:5 + n_ids].detach().norm()))])
+
+
+@pytest.fixture
+def toy():
+    "An analysis registered in one place, removed again after the test."
+    a = register(Analysis('toy_norms', 'Toy norms', _norms, lambda run: [None], defaults=dict(n_ids=50),
+                          section=lambda run, t: ['the norm of the first embeddings', t['toy_norms']],
+                          cli=dict(option='n_ids', metavar='N', parse=int, help='toy: how many embeddings'),
+                          description='toy: embedding norms'))
+    yield a
+    del ANALYSES['toy_norms']
+
+
+def test_a_registered_analysis_appears_in_the_cli_the_demo_and_the_report(run, toy):
+    from nl_embryo.cli import make_parser
+    from nl_embryo.demo import report_notebook, run_analyses
+    helptext = make_parser()._subparsers._group_actions[0].choices['analyze'].format_help()
+    assert '--toy_norms' in helptext and 'toy: how many embeddings' in helptext
+    frames = run_analyses(run.path, steps=[0, 4], progress=False, analyses=['toy_norms'])
+    assert set(frames['toy_norms'].step) == {0, 4} and run.has_table('toy_norms')
+    nb = report_notebook(run.path)
+    assert any("show_section(run, 'toy_norms')" in c.source for c in nb.cells)
+    assert report_section(run, 'toy_norms').parts[0] == 'the norm of the first embeddings'
+
+
+def test_tables_accumulate_over_steps_and_options(run, toy):
+    analyze(run, 'toy_norms', steps=[0], progress=False)
+    analyze(run, 'toy_norms', steps=[2, 4], progress=False)
+    analyze(run, 'toy_norms', steps=[4], progress=False, n_ids=10)
+    t = run.table('toy_norms')
+    assert sorted(t[t.options == toy.key_of(toy.options())].step) == [0, 2, 4]
+    assert sorted(t[t.options == toy.key_of(toy.options(n_ids=10))].step) == [4]
+    analyze(run, 'toy_norms', steps=[2], progress=False)                 # recomputing a step replaces its row only
+    assert len(run.table('toy_norms')) == 4
+
+
+def test_every_report_section_renders_on_a_run_with_no_analyses(run):
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    empty = Run(pretrain(PretrainConfig(out=str(run.path.parent/'empty'), preset='mini', corpus='nested-zipf', block_size=32,
+                                        corpus_tokens=40_000, steps=1, batch_size=4, checkpoints='0,1', eval_batches=1), quiet=True))
+    for name, a in analyses().items():
+        s = report_section(empty, name)
+        assert s.title == a.title and 'nl-embryo analyze' in s.markdown() and f'--{name}' in s.markdown(), name
+        with contextlib.redirect_stdout(io.StringIO()): show_section(empty, name)
+
+
+def test_unknown_analysis_and_option(run):
+    from nl_embryo.core import NlEmbryoError
+    with pytest.raises(NlEmbryoError, match='unknown analysis'): analyze(run, 'astrology')
+    with pytest.raises(NlEmbryoError, match='no option'): analyze(run, 'probes', n_wordz=10)
