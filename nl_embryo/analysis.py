@@ -6,14 +6,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from .core import NlEmbryoError
 from .timeline import Run, fingerprint, options_key
 
 # %% auto #0
-__all__ = ['ANALYSES', 'Analysis', 'register', 'analyses', 'get_analysis', 'analysis_tables', 'analyze', 'Section',
-           'report_section', 'show_section']
+__all__ = ['ANALYSES', 'INTERVAL_LEVEL', 'N_BOOT', 'Analysis', 'register', 'analyses', 'get_analysis', 'analysis_tables',
+           'analyze', 'Section', 'report_section', 'show_section', 'cluster_bootstrap', 'interval_columns']
 
 # %% ../nbs/05b_analysis.ipynb #2e639d8e
 @dataclass
@@ -120,7 +121,7 @@ def analyze(run, name, steps=None, progress: bool = True, charts: bool = True, d
     new = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
     key = a.key_of(opts)
     new.insert(1, 'options', key)
-    parts = a.tables(new) if a.tables else {a.name: new}
+    parts = {t: interval_columns(df) for t, df in (a.tables(new) if a.tables else {a.name: new}).items()}   # every table has lo, hi
     with run.analysis_lock():
         tables = {}
         for t, df in parts.items():
@@ -163,3 +164,34 @@ def show_section(run, name, options: dict | str | None = None) -> None:
     display(Markdown(f'## {s.title}'))
     for p in s.parts:
         display(Markdown(p) if isinstance(p, str) else p)
+
+# %% ../nbs/05b_analysis.ipynb #eea1d3a5
+INTERVAL_LEVEL = 0.95
+N_BOOT = 1000
+
+def cluster_bootstrap(numer, denom=None, clusters=None, n_boot: int = N_BOOT, level: float = INTERVAL_LEVEL,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """`(estimate, lo, hi)` of the ratio `sum(numer) / sum(denom)` (`denom` default: 1 per unit, i.e. the mean of
+    `numer`) with a percentile bootstrap interval that resamples whole `clusters` (default: every unit its own)."""
+    numer = np.asarray(numer, dtype=np.float64)
+    denom = np.ones_like(numer) if denom is None else np.asarray(denom, dtype=np.float64)
+    if len(numer) == 0 or denom.sum() == 0: return (np.nan, np.nan, np.nan)
+    est = numer.sum() / denom.sum()
+    if clusters is None: s, d = numer, denom
+    else:
+        _, inv = np.unique(np.asarray(clusters), return_inverse=True)
+        s, d = np.bincount(inv, numer), np.bincount(inv, denom)
+    K = len(s)
+    if K < 2: return (float(est), np.nan, np.nan)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, K, size=(n_boot, K))
+    with np.errstate(invalid='ignore', divide='ignore'):
+        boots = s[idx].sum(1) / d[idx].sum(1)
+    lo, hi = np.nanquantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return (float(est), float(lo), float(hi))
+
+def interval_columns(df: pd.DataFrame, value='value', lo='lo', hi='hi') -> pd.DataFrame:
+    "`df` with interval columns `lo` and `hi` (NaN where there is none yet), so every table has them."
+    for c in (lo, hi):
+        if c not in df: df = df.assign(**{c: np.nan})
+    return df

@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .analysis import Analysis, analysis_tables, analyze, register
-from .charts import chart_img, chart_png, chart_svg, compact_png, save_chart, step_axis   # (save_chart & co: also importable from here, as before)
+from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, save_chart, step_axis   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_pair, max_positions, set_attention
 from .timeline import Run
@@ -30,12 +30,13 @@ __all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_
 
 # %% ../nbs/08_attention.ipynb #224a02fb
 PATTERNS = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm')
-HEAD_CLASSES = ('diagonal', 'previous', 'next', 'vertical', 'broad')
+HEAD_CLASSES = ('diagonal', 'vertical', 'vertical+diagonal', 'self', 'heterogeneous')   # Kovaleva et al. 2019, plus self
 
 def default_sentences(n: int = 200, min_words: int = 6, max_words: int = 20, seed: int = 0) -> list[str]:
-    "A fixed random sample of `n` Brown sentences of `min_words`…`max_words` words (the default input of the attention analyses)."
+    "A fixed random sample of `n` Brown evaluation sentences (`nl_embryo.splits`) of `min_words`…`max_words` words (the default input of the attention analyses)."
     from nl_embryo.data import load_brown_sentences
-    df = load_brown_sentences()
+    from nl_embryo.splits import eval_sentences
+    df = eval_sentences(load_brown_sentences(), 'brown')
     words = df['text'].str.count(' ') + 1
     pool = df[(words >= min_words) & (words <= max_words)]
     if len(pool) < n:
@@ -128,13 +129,17 @@ def _masked_rows(a: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return a.mul_(valid[:, None, :, None])
 
 class AttentionStats:
-    "Running sums over sentences, per (layer, head): the position-aligned average map (up to `map_len` tokens) and the pattern scores; optionally the maps of a few example sentences. Memory is O(layers · heads · map_len²), however many sentences pass."
+    """Running sums over sentences, per (layer, head): the position-aligned average map (up to `map_len` tokens) and the
+    pattern scores; optionally the maps of a few example sentences. The maps take O(layers · heads · map_len²) memory
+    however many sentences pass; the scores are also kept per sentence (O(sentences · layers · heads · patterns), small),
+    so that their intervals can be bootstrapped over sentences."""
     def __init__(self, n_layers: int, n_heads: int, map_len: int = 32, examples=()):
         self.L, self.H, self.M = n_layers, n_heads, map_len
         self.map_sum = np.zeros((n_layers, n_heads, map_len, map_len))
         self.rows = np.zeros(map_len, np.int64)                       # sentences that reach each row
         self.score_sum = np.zeros((n_layers, n_heads, len(PATTERNS)))
         self.score_n = np.zeros(len(PATTERNS))                        # query tokens each score is averaged over
+        self.sent_sums, self.sent_n = [], []                          # per sentence: score sums (L, H, P) and query counts (P)
         self.examples = {int(i): None for i in examples}
         self.n_sentences = self.n_tokens = 0
 
@@ -148,6 +153,9 @@ class AttentionStats:
         M = min(self.M, ids.shape[1])
         tokens, shifted = float(v.sum()), float(v[:, 1:].sum())       # queries; queries with a previous / next token
         self.score_n += [tokens, shifted, shifted] + [tokens] * (len(PATTERNS) - 3)
+        per_sent = np.zeros((len(index), self.L, self.H, len(PATTERNS)))
+        nb = n.double().numpy()
+        self.sent_n.append(np.stack([nb, nb - 1, nb - 1] + [nb] * (len(PATTERNS) - 3), -1))
         for l, a in enumerate(attentions):
             a = _masked_rows(a.clone(), v)                            # padding rows are 0: they add nothing below
             ent = torch.special.entr(a).sum(-1)
@@ -156,7 +164,8 @@ class AttentionStats:
                                    torch.nn.functional.pad(a.diagonal(1, -2, -1), (0, 1))[..., None],        # next
                                    torch.einsum('bhqk,bkc->bhqc', a, keys),                                  # cls sep punct
                                    ent[..., None], (ent / logn)[..., None]], -1)                             # entropy
-            self.score_sum[l] += per_query.sum((0, 2)).double().numpy()
+            ps = per_query.sum(2).double().numpy()                                                         # (B, H, P)
+            self.score_sum[l] += ps.sum(0); per_sent[:, l] = ps
             crop = a[..., :M, :M] if M == a.shape[-1] else _masked_rows(a[..., :M, :M].clone(), v[:, :M])
             self.map_sum[l, :, :M, :M] += crop.sum(0).double().numpy()
             for b, i in enumerate(index):
@@ -166,6 +175,7 @@ class AttentionStats:
                     ex = a[b:b + 1, :, :k, :k]
                     self.examples[int(i)]['maps'][l] = (ex if k == int(n[b]) else _masked_rows(ex.clone(), v[b:b + 1, :k]))[0].numpy()
         self.rows[:M] += valid[:, :M].sum(0).numpy()
+        self.sent_sums.append(per_sent)
         self.n_sentences += len(index); self.n_tokens += int(n.sum())
         return self
 
@@ -179,6 +189,18 @@ class AttentionStats:
         "The pattern scores as an array (layers × heads × patterns, in the order of `PATTERNS`)."
         return self.score_sum / np.maximum(self.score_n, 1)
 
+    def score_intervals(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """`(lo, hi)`: a percentile bootstrap interval of every score (layers × heads × patterns), resampling sentences:
+        a score is a ratio of sums over sentences, so each resample is a weighted sum (the weights, multinomial counts)."""
+        S = np.concatenate(self.sent_sums) if self.sent_sums else np.zeros((0, self.L, self.H, len(PATTERNS)))
+        Nq = np.concatenate(self.sent_n) if self.sent_n else np.zeros((0, len(PATTERNS)))
+        N = len(S)
+        if N < 2: return np.full(S.shape[1:], np.nan), np.full(S.shape[1:], np.nan)
+        w = np.random.default_rng(seed).multinomial(N, np.full(N, 1 / N), size=n_boot).astype(np.float64)   # (B, N)
+        boots = (w @ S.reshape(N, -1)).reshape(n_boot, self.L, self.H, -1) / np.maximum(w @ Nq, 1)[:, None, None, :]
+        lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2], axis=0)
+        return lo, hi
+
     @property
     def nbytes(self) -> int:
         "Memory held by the running sums (bytes)."
@@ -187,13 +209,22 @@ class AttentionStats:
 
 # %% ../nbs/08_attention.ipynb #3c96a012
 def classify_heads(scores: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
-    "The class of each head from a tidy score frame (columns `pattern`, `value` and keys such as `step`, `layer`, `head`): the keys plus `head_class` and `class_score`."
+    """The class of each head from a tidy score frame (columns `pattern`, `value` and keys such as `step`, `layer`,
+    `head`): the keys plus `head_class`, `class_score` and `diagonal_side`. Classes after Kovaleva et al. (2019):
+    **diagonal** — `threshold` of the attention on the previous or on the next token (`diagonal_side` says which);
+    **vertical** — on [CLS], [SEP] and punctuation; **vertical+diagonal** — both together reach it, each a third of it;
+    then **self** (on the token itself, not one of Kovaleva's classes) and **heterogeneous** (none of these)."""
     keys = [c for c in scores.columns if c in ('step', 'layer', 'head')]
     w = scores[scores['pattern'].isin(PATTERNS)].pivot_table(index=keys, columns='pattern', values='value')
-    cand = pd.DataFrame({'diagonal': w['self'], 'previous': w['prev'], 'next': w['next'],
-                         'vertical': w['cls'] + w['sep'] + w['punct']})
-    best, score = cand.idxmax(axis=1), cand.max(axis=1)
-    return pd.DataFrame({'head_class': best.where(score >= threshold, 'broad'), 'class_score': score}).reset_index()
+    diag, vert = np.maximum(w['prev'], w['next']), w['cls'] + w['sep'] + w['punct']
+    cls = np.select([diag >= threshold, vert >= threshold,
+                     (diag + vert >= threshold) & (diag >= threshold / 3) & (vert >= threshold / 3), w['self'] >= threshold],
+                    ['diagonal', 'vertical', 'vertical+diagonal', 'self'], 'heterogeneous')
+    score = np.select([cls == 'diagonal', cls == 'vertical', cls == 'vertical+diagonal', cls == 'self'],
+                      [diag, vert, diag + vert, w['self']], np.maximum.reduce([diag, vert, w['self']]))
+    side = np.where(w['prev'] >= w['next'], 'previous', 'next')
+    return pd.DataFrame({'head_class': cls, 'class_score': score, 'diagonal_side': np.where(cls == 'diagonal', side, '')},
+                        index=w.index).reset_index()
 
 # %% ../nbs/08_attention.ipynb #64005de2
 def attention_tables(model, tokenizer, sentences=None, map_len: int = 32, n_examples: int = 4, batch_size: int = 64,
@@ -206,10 +237,11 @@ def attention_tables(model, tokenizer, sentences=None, map_len: int = 32, n_exam
     for batch in tqdm(attention_batches(model, tokenizer, sents, batch_size, max_tokens), total=math.ceil(len(sents) / batch_size),
                       disable=not progress, desc='attention', unit='batch', leave=False):
         stats.update(*batch, classes)
-    sc = stats.scores()
-    li, hi, pi = np.indices(sc.shape).reshape(3, -1)
-    scores = pd.DataFrame({'table': 'scores', 'layer': li + 1, 'head': hi + 1, 'pattern': np.array(PATTERNS)[pi],
-                           'value': sc.reshape(-1), 'n_sentences': stats.n_sentences, 'n_tokens': stats.n_tokens})
+    sc = stats.scores(); lo, hi = stats.score_intervals()
+    li, h_, pi = np.indices(sc.shape).reshape(3, -1)
+    scores = pd.DataFrame({'table': 'scores', 'layer': li + 1, 'head': h_ + 1, 'pattern': np.array(PATTERNS)[pi],
+                           'value': sc.reshape(-1), 'lo': lo.reshape(-1), 'hi': hi.reshape(-1),
+                           'n_sentences': stats.n_sentences, 'n_tokens': stats.n_tokens})
     scores = scores.merge(classify_heads(scores, threshold), on=['layer', 'head'])
     frames = [scores]
     toks = tokenizer.convert_ids_to_tokens
@@ -223,7 +255,7 @@ def attention_tables(model, tokenizer, sentences=None, map_len: int = 32, n_exam
     for c in ('layer', 'head', 'sentence', 'query', 'key'): out[c] = out[c].astype('Int16')
     return out
 
-SCORE_COLUMNS = ['layer', 'head', 'pattern', 'value', 'head_class', 'class_score', 'n_sentences', 'n_tokens']
+SCORE_COLUMNS = ['layer', 'head', 'pattern', 'value', 'lo', 'hi', 'head_class', 'class_score', 'diagonal_side', 'n_sentences', 'n_tokens']
 MAP_COLUMNS = ['layer', 'head', 'sentence', 'query', 'key', 'value', 'query_token', 'key_token']
 
 def split_tables(tables: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -363,22 +395,29 @@ PATTERN_TITLES = {'self': 'self (diagonal)', 'prev': 'previous token', 'next': '
 
 def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm'),
                          agg: str | None = 'max', columns: int = 4, title: str | None = None):
-    "Pattern scores over steps (symlog x), one line per layer: the `agg` ('max' or 'mean') over its heads, or every head (`agg=None`)."
+    """Pattern scores over steps (the shared step axis), one line per layer: its head with the `max` score (and that
+    head's 95% interval as a band), the `mean` over its heads, or every head (`agg=None`). The step-0 model is every
+    line's baseline."""
     import altair as alt
     d = scores[scores['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for patterns {list(patterns)}", f"choose among: {', '.join(PATTERNS)}")
+    d = d.assign(**{c: d[c] if c in d else np.nan for c in ('lo', 'hi')})
     keys = ['step', 'layer', 'pattern']
-    if agg: d = d.groupby(keys, as_index=False)['value'].agg(agg)
-    else: d = d[keys + ['head', 'value']]
+    if agg == 'max': d = d.loc[d.groupby(keys)['value'].idxmax(), keys + ['head', 'value', 'lo', 'hi']]
+    elif agg: d = d.groupby(keys, as_index=False)['value'].agg(agg).assign(lo=np.nan, hi=np.nan)
+    else: d = d[keys + ['head', 'value', 'lo', 'hi']]
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))
-    enc = dict(x=step_axis(d['step']), y=alt.Y('value:Q', title=None),
-               color=alt.Color('layer:O', scale=alt.Scale(scheme='viridis')),
-               tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg else ['head:O']) + [alt.Tooltip('value:Q', format='.3f')])
+    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'))
+    enc = dict(x=x, y=alt.Y('value:Q', title=None), color=color,
+               tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg and agg != 'max' else ['head:O']) +
+                       [alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
     if not agg: enc['detail'] = 'head:N'
     order = [PATTERN_TITLES[p] for p in patterns]
-    return alt.Chart(_data(d)).mark_line(point=bool(agg), opacity=1 if agg else 0.6).encode(**enc).properties(
-        width=170, height=120).facet(facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(
-        y='independent').properties(title=title or f"head pattern scores over steps ({agg + ' over heads' if agg else 'every head'})")
+    line = alt.Chart().mark_line(point=bool(agg), opacity=1 if agg else 0.6).encode(**enc)
+    layers = [interval_band(x, color=color, opacity=0.15), line] if agg == 'max' else [line]
+    return alt.layer(*layers, data=_data(d)).properties(width=170, height=120).facet(
+        facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(y='independent').properties(
+        title=title or f"head pattern scores over steps ({'the strongest head of each layer, 95% band' if agg == 'max' else agg + ' over heads' if agg else 'every head'})")
 
 def head_scores_chart(scores: pd.DataFrame, layer: int, head: int, step=None,
                       patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy_norm'), title: str | None = None):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_corpora.ipynb #5a9f8a42
 from __future__ import annotations
-import hashlib, json, random, time
+import hashlib, json, random, time, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Iterable
@@ -15,10 +15,11 @@ from tqdm.auto import tqdm
 from .core import NlEmbryoError, atomic_dir, cache_path, human_size
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CORPORA', 'TOKENIZERS', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS', 'Sequences',
-           'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus', 'check_nested', 'push_rate',
-           'train_wordpiece', 'char_tokenizer', 'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'get_tokenizer',
-           'english_unigram', 'PackedCorpus', 'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
+__all__ = ['SPECIAL_TOKENS', 'CORPORA', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
+           'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus',
+           'check_nested', 'push_rate', 'train_wordpiece', 'char_tokenizer', 'tokenizer_hash', 'pack_blocks',
+           'CorpusSpec', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'PackedCorpus', 'corpus_dir',
+           'build_corpus', 'load_corpus', 'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -190,29 +191,46 @@ def pack_blocks(seqs: Iterable[np.ndarray], block_size: int, cls_id: int, sep_id
 # %% ../nbs/02_corpora.ipynb #ebb8031a
 @dataclass
 class CorpusSpec:
-    "A named L1: its tokenizer, a description, and a function `(n_tokens, seed, tokenizer) -> iterable of sequences` (texts or id arrays)."
+    """A named L1: its tokenizer, a description, and a function `(n_tokens, seed, tokenizer, split) -> sequences`
+    (texts or id arrays). `split_sources` names the split-registry sources (`nl_embryo.splits`) its documents come
+    from: its training blocks are packed from their train documents and its eval blocks from their eval documents.
+    A corpus without them (artificial, code, proteins) holds out a random `eval_fraction` of its sequences."""
     name: str
     tokenizer: str
     description: str
     source: Callable
     artificial: bool = False
+    split_sources: tuple = ()
 
-def _english_texts():
-    from nl_embryo.data import load_brown_sentences, load_sotu_sentences
-    return list(load_brown_sentences()['text']) + list(load_sotu_sentences()['text'])
+def _registered_texts(*sources):
+    "Texts of split-registry sources: the train split's sentences, or the evaluation sentences (`eval_sentences`)."
+    def texts(split: str | None = 'train') -> list[str]:
+        from nl_embryo import data
+        from nl_embryo.splits import eval_sentences, take_split
+        loaders = dict(brown=data.load_brown_sentences, sotu=data.load_sotu_sentences, turkish=data.load_turkish_sentences)
+        out = []
+        for src in sources:
+            frame = loaders[src]()
+            frame = eval_sentences(frame, src) if split == 'eval' else take_split(frame, src, split)
+            out += list(frame['text'])
+        return out
+    return texts
 
-def _text_source(fn):
-    def source(n_tokens, seed, tokenizer): return fn()
+_english_texts = _registered_texts('brown', 'sotu')
+
+def _split_source(texts_fn):
+    def source(n_tokens, seed, tokenizer, split=None): return texts_fn(split)
     return source
 
-def _brown(): from nl_embryo.data import load_brown_sentences; return list(load_brown_sentences()['text'])
-def _sotu(): from nl_embryo.data import load_sotu_sentences; return list(load_sotu_sentences()['text'])
-def _turkish(): from nl_embryo.data import load_turkish_sentences; return list(load_turkish_sentences()['text'])
+def _text_source(fn):
+    def source(n_tokens, seed, tokenizer, split=None): return fn()
+    return source
+
 def _code(): from nl_embryo.data import load_python_stdlib; return list(load_python_stdlib(strip_comments=True)['text'])
 def _protein(): from nl_embryo.data import load_proteins; return list(load_proteins()['sequence'])
 
 def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, distribution: str = 'zipf'):
-    def source(n_tokens, seed, tokenizer):
+    def source(n_tokens, seed, tokenizer, split=None):
         if distribution == 'zipf': sampler = TokenSampler.from_unigram(english_unigram(), bin_size=bin_size)
         else: sampler = TokenSampler.uniform(len(tokenizer), bin_size=bin_size)
         seqs = iid_corpus(n_tokens, sampler, seed) if kind == 'iid' else stack_corpus(n_tokens, sampler, seed, nested=nested)
@@ -220,10 +238,14 @@ def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, dis
     return source
 
 CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
-    CorpusSpec('english', 'english', 'Brown corpus + State of the Union speeches (English, ~3M words)', _text_source(_english_texts)),
-    CorpusSpec('brown', 'english', 'Brown corpus sentences (English, 1.16M words, 15 genres)', _text_source(_brown)),
-    CorpusSpec('sotu', 'english', 'State of the Union speeches 1790-2018 (English, 1.79M words)', _text_source(_sotu)),
-    CorpusSpec('turkish', 'turkish', 'Turkish UD treebank sentences (SOV word order; 4,851 sentences)', _text_source(_turkish)),
+    CorpusSpec('english', 'english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)',
+               _split_source(_english_texts), split_sources=('brown', 'sotu')),
+    CorpusSpec('brown', 'english', 'Brown corpus sentences, train documents (English, 0.93M words, 15 genres)',
+               _split_source(_registered_texts('brown')), split_sources=('brown',)),
+    CorpusSpec('sotu', 'english', 'State of the Union speeches 1790-2018, train documents (English, 1.43M words)',
+               _split_source(_registered_texts('sotu')), split_sources=('sotu',)),
+    CorpusSpec('turkish', 'turkish', 'Turkish UD treebank sentences, train documents (SOV word order; ~3,900 sentences)',
+               _split_source(_registered_texts('turkish')), split_sources=('turkish',)),
     CorpusSpec('code', 'code', 'Python standard library source, comments removed', _text_source(_code)),
     CorpusSpec('protein', 'protein', 'protein sequences, one letter per amino acid', _text_source(_protein)),
     CorpusSpec('random', 'english', 'uniform random English token ids, sequences of 90-120', _artificial('iid', distribution='uniform'), True),
@@ -236,24 +258,30 @@ CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
     CorpusSpec('flat-zipf', 'english', 'flat (crossing) pairing control of nested-zipf', _artificial('stack', nested=False), True),
 ]}
 
-TOKENIZERS = {  # name -> (training texts, kind, options)
-    'english': (_english_texts, 'wordpiece', dict(lowercase=True)),
-    'turkish': (_turkish, 'wordpiece', dict(lowercase=False)),
+TOKENIZERS = {  # name -> (training texts: the train split only, kind, options)
+    'english': (lambda: _english_texts('train'), 'wordpiece', dict(lowercase=True)),
+    'turkish': (lambda: _registered_texts('turkish')('train'), 'wordpiece', dict(lowercase=False)),
     'code': (_code, 'wordpiece', dict(lowercase=False)),
     'protein': (None, 'char', dict(alphabet='ACDEFGHIKLMNPQRSTUVWXYZ')),
 }
+TOKENIZER_VERSION = 2   # 2: trained on the train split of the split registry
 
 # %% ../nbs/02_corpora.ipynb #6413d270
 def _check_name(name, table, what):
     if name not in table:
         raise NlEmbryoError(f"unknown {what} {name!r}", f"choose one of: {', '.join(table)}")
 
+def tokenizer_dir(name: str, vocab_size: int = 8000) -> Path:
+    "Where the tokenizer `name` of `vocab_size` pieces is cached (`cache/tokenizers/`)."
+    _check_name(name, TOKENIZERS, 'tokenizer')
+    return cache_path('tokenizers', name if TOKENIZERS[name][1] == 'char' else f"{name}-{vocab_size}-t{TOKENIZER_VERSION}")
+
 def get_tokenizer(name: str = 'english', vocab_size: int = 8000, force: bool = False):
-    "The trained tokenizer `name` (english, turkish, code, protein), trained on first use and cached in `cache/tokenizers/`."
+    "The trained tokenizer `name` (english, turkish, code, protein), trained on first use (on the train split) and cached in `cache/tokenizers/`."
     from transformers import AutoTokenizer
     _check_name(name, TOKENIZERS, 'tokenizer')
     texts_fn, kind, opts = TOKENIZERS[name]
-    folder = cache_path('tokenizers', name if kind == 'char' else f"{name}-{vocab_size}")
+    folder = tokenizer_dir(name, vocab_size)
     if folder.exists() and not force: return AutoTokenizer.from_pretrained(folder)
     if kind == 'char': tok = char_tokenizer(opts['alphabet'])
     else:
@@ -274,12 +302,12 @@ def _unigram_counts(tok, texts) -> np.ndarray:
     return counts
 
 def english_unigram(vocab_size: int = 8000) -> np.ndarray:
-    "Counts of each English token id over the English corpus (specials are 0): the distribution the Zipf corpora draw from."
+    "Counts of each English token id over the train split of the English corpus (specials are 0): the distribution the Zipf corpora draw from."
     get_tokenizer('english', vocab_size)
-    return np.load(cache_path('tokenizers', f'english-{vocab_size}', 'unigram.npy'))
+    return np.load(tokenizer_dir('english', vocab_size)/'unigram.npy')
 
 # %% ../nbs/02_corpora.ipynb #37d20205
-CORPUS_FORMAT = 1
+CORPUS_FORMAT = 2   # 2: train blocks from the train split of the split registry, eval blocks from its eval split
 
 @dataclass
 class PackedCorpus:
@@ -307,9 +335,19 @@ def corpus_dir(name: str, block_size: int = 128, vocab_size: int = 8000, n_token
     spec = CORPORA[name]
     key = f"{name}-b{block_size}" + ('' if spec.tokenizer == 'protein' else f"-v{vocab_size}")
     if spec.artificial: key += f"-n{n_tokens or DEFAULT_ARTIFICIAL_TOKENS}-s{seed}"
+    elif n_tokens: key += f"-n{n_tokens}-s{seed}"
     return cache_path('corpora', key)
 
 DEFAULT_ARTIFICIAL_TOKENS = 4_000_000
+MATCHED_TOKENS = 4_000_000   # the experiments' token budget per first language (`corpus_tokens`): the artificial default
+
+def _match_tokens(blocks: np.ndarray, n_tokens: int, seed: int) -> tuple[np.ndarray, float]:
+    "`blocks` cut or repeated to `n_tokens` (whole blocks): a seeded subset when there are more, whole copies plus a subset when fewer; and the repetitions."
+    need = max(1, int(round(n_tokens / blocks.shape[1])))
+    rng = np.random.default_rng([seed, 17])
+    reps, rest = divmod(need, len(blocks))
+    parts = [blocks] * reps + ([blocks[np.sort(rng.choice(len(blocks), rest, replace=False))]] if rest else [])
+    return np.concatenate(parts), need / len(blocks)
 
 def _open(path: Path) -> PackedCorpus:
     header = json.loads((path/'header.json').read_text())
@@ -325,14 +363,20 @@ def build_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tok
         pc = _open(path)
         if pc.header.get('format') == CORPUS_FORMAT: return pc
     if not 0 < eval_fraction < 1: raise NlEmbryoError(f"eval_fraction must lie in (0, 1), got {eval_fraction}", "use e.g. 0.01")
+    if n_tokens is not None and n_tokens < block_size: raise NlEmbryoError(f"corpus_tokens={n_tokens} is less than one block of {block_size}", "ask for more tokens, e.g. --corpus-tokens 4000000")
     t0 = time.perf_counter()
     tok = get_tokenizer(spec.tokenizer, vocab_size)
     n_tok = n_tokens or DEFAULT_ARTIFICIAL_TOKENS
-    items = spec.source(n_tok, seed, tok)
+    rng = np.random.default_rng(seed)
+    if spec.split_sources:      # by document (nl_embryo.splits): eval documents never train
+        train_items, eval_items = list(spec.source(n_tok, seed, tok, 'train')), list(spec.source(n_tok, seed, tok, 'eval'))
+        eval_items = [eval_items[i] for i in rng.permutation(len(eval_items))]       # the first eval blocks: a sample of every document
+        items = train_items + eval_items; is_eval = np.r_[np.zeros(len(train_items), bool), np.ones(len(eval_items), bool)]
+    else:
+        items = spec.source(n_tok, seed, tok)
+        is_eval = rng.random(len(items)) < eval_fraction
     if len(items) == 0:
         raise NlEmbryoError(f"corpus {name!r} is empty: its source gave no sequences", f"check its data with `nl-embryo data list` and fetch it: nl-embryo data fetch")
-    rng = np.random.default_rng(seed)
-    is_eval = rng.random(len(items)) < eval_fraction
     dtype = np.uint16 if len(tok) <= np.iinfo(np.uint16).max else np.int32
     def ids_of(idx):
         if spec.artificial:
@@ -347,12 +391,18 @@ def build_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tok
     if len(train) == 0 or len(evalb) == 0:
         raise NlEmbryoError(f"corpus {name!r} is too short: {len(train)} train and {len(evalb)} eval blocks of {block_size} tokens",
                             "use a smaller --block-size, more tokens, or a larger eval_fraction")
+    source_tokens, repetitions = int(train.size), 1.0
+    if n_tokens and not spec.artificial: train, repetitions = _match_tokens(train, n_tokens, seed)
+    if repetitions > 1 and not quiet:
+        warnings.warn(f"corpus {name!r} has {source_tokens:,} training tokens: {n_tokens:,} repeat it {repetitions:.1f} times")
+    from nl_embryo.splits import SPLIT_VERSION
     header = dict(format=CORPUS_FORMAT, name=name, description=spec.description, tokenizer=spec.tokenizer,
                   tokenizer_hash=tokenizer_hash(tok), vocab_size=len(tok), block_size=block_size, seed=seed,
-                  eval_fraction=eval_fraction, n_tokens=int(train.size + evalb.size), n_sequences=len(items),
-                  n_train_blocks=len(train), n_eval_blocks=len(evalb), artificial=spec.artificial,
-                  n_tokens_requested=n_tok if spec.artificial else None, dtype=np.dtype(dtype).name,
-                  build_seconds=round(time.perf_counter() - t0, 2))
+                  split=f"by document (split registry v{SPLIT_VERSION}: {', '.join(spec.split_sources)})" if spec.split_sources else f"random {eval_fraction:.0%} of the sequences",
+                  eval_fraction=None if spec.split_sources else eval_fraction, n_tokens=int(train.size + evalb.size), n_sequences=len(items),
+                  n_train_blocks=len(train), n_eval_blocks=len(evalb), artificial=spec.artificial, source_train_tokens=source_tokens,
+                  repetitions=round(repetitions, 3), n_tokens_requested=n_tok if (spec.artificial or n_tokens) else None,
+                  dtype=np.dtype(dtype).name, build_seconds=round(time.perf_counter() - t0, 2))
     with atomic_dir(path, overwrite=True) as tmp:
         np.save(tmp/'train.npy', train); np.save(tmp/'eval.npy', evalb)
         tok.save_pretrained(tmp/'tokenizer')
@@ -365,12 +415,17 @@ def load_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_toke
                 build: bool = True, **kw) -> PackedCorpus:
     "Open a built corpus (memory-mapped); build it first when missing and `build` is true."
     path = corpus_dir(name, block_size, vocab_size, n_tokens, seed)
-    if (path/'header.json').exists(): return _open(path)
-    if not build: raise NlEmbryoError(f"corpus {name!r} is not built (looked in {path})", f"build it: nl-embryo corpus build {name}")
+    if (path/'header.json').exists():
+        pc = _open(path)
+        if pc.header.get('format') == CORPUS_FORMAT: return pc
+        if not build: raise NlEmbryoError(f"corpus {name!r} in {path} was built by an older nl_embryo (format {pc.header.get('format')}, now {CORPUS_FORMAT})",
+                                          f"rebuild it: nl-embryo corpus build {name} --force")
+    elif not build: raise NlEmbryoError(f"corpus {name!r} is not built (looked in {path})", f"build it: nl-embryo corpus build {name}")
     return build_corpus(name, block_size, vocab_size, n_tokens, seed, **kw)
 
 def corpus_table():
-    "The named corpora with their tokenizer, kind and description, and whether a default build is cached."
+    "The named corpora with their tokenizer, kind, split and description, and whether a default build is cached."
     import pandas as pd
     return pd.DataFrame([dict(name=c.name, tokenizer=c.tokenizer, kind='artificial' if c.artificial else 'real',
-                              built=(corpus_dir(c.name)/'header.json').exists(), description=c.description) for c in CORPORA.values()])
+                              split='by document' if c.split_sources else 'random', built=(corpus_dir(c.name)/'header.json').exists(),
+                              description=c.description) for c in CORPORA.values()])

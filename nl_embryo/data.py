@@ -19,8 +19,8 @@ from .core import human_size, project_root, sha256_file
 # %% auto #0
 __all__ = ['registry_commands', 'DOWNLOAD_TIMEOUT', 'STAMP', 'BROWN_UNIVERSAL', 'UNIVERSAL_TAGS', 'BROWN_VERB_FORMS',
            'manifest_path', 'load_manifest', 'is_fetched', 'fetched_path', 'fetch', 'data_status', 'brown_base_tag',
-           'brown_to_universal', 'brown_verb_form', 'load_brown_tagged', 'load_brown_sentences', 'load_sotu',
-           'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
+           'brown_to_universal', 'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences',
+           'load_sotu', 'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
            'strip_python_comments', 'load_python_stdlib', 'read_fasta', 'read_blast_db', 'load_proteins']
 
 # %% ../nbs/01_data.ipynb #d1871a49
@@ -387,15 +387,35 @@ def brown_to_universal(tag: str, strict: bool = False) -> str:
     return 'X'
 
 # %% ../nbs/01_data.ipynb #ea9b9933
-BROWN_VERB_FORMS = {**_tags('vb be bem ber do hv', 'VB'), **_tags('vbd bed bedz dod hvd', 'VBD'),
+BROWN_VERB_FORMS = {**_tags('be', 'VB'), **_tags('bem ber', 'VBP'), **_tags('vbd bed bedz dod hvd', 'VBD'),
                     **_tags('vbg beg hvg', 'VBG'), **_tags('vbn ben hvn', 'VBN'), **_tags('vbz bez doz hvz', 'VBZ')}
+_BASE_OR_PRESENT = {'vb', 'do', 'hv'}                 # base form or present (VB / VBP): decided by the context
+_BASE_CONTEXT = {'to', 'md', 'do', 'dod', 'doz'}      # what a base form follows: to, a modal, do-support
+_SKIPPED = {'rb', 'rbr', 'rbt', 'ql', '*'}            # adverbs and negation between them
+_NOMINAL = ('nn', 'np', 'pp', 'at', 'ap', 'dt', 'jj', 'cd', 'wp', 'ex', 'pn', 'abn', 'od', 'nr')   # a subject's words
 
 def brown_verb_form(tag: str) -> str:
-    "The verb form (VB VBD VBG VBN VBZ) of a Brown tag, or '' when it is not an inflected verb."
-    return BROWN_VERB_FORMS.get(brown_base_tag(tag), '')
+    "The verb form (VB VBP VBD VBG VBN VBZ) of a Brown tag out of context (`vb`, `do`, `hv`: VBP; in a sentence use `brown_verb_forms`), or ''."
+    base = brown_base_tag(tag)
+    return 'VBP' if base in _BASE_OR_PRESENT else BROWN_VERB_FORMS.get(base, '')
+
+def brown_verb_forms(tags) -> list[str]:
+    "The verb form of each tag of one sentence, with the context rule above for `vb`, `do` and `hv`."
+    tags = list(tags); bases = [brown_base_tag(t) for t in tags]; out = []
+    for i, b in enumerate(bases):
+        if b not in _BASE_OR_PRESENT: out.append(BROWN_VERB_FORMS.get(b, '')); continue
+        form, subject, j = None, False, i - 1
+        while j >= 0 and i - j <= 6:
+            pb = bases[j]
+            if pb in _SKIPPED or tags[j] == '*': j -= 1; continue
+            if pb in _BASE_CONTEXT: form = 'VB'; break
+            if pb.startswith(_NOMINAL): subject = True; j -= 1; continue
+            form = 'VBP'; break                      # another word class: this verb has its own subject
+        out.append(form or ('VBP' if subject else 'VB'))
+    return out
 
 # %% ../nbs/01_data.ipynb #aee5d846
-_PARSER_VERSION = 1
+_PARSER_VERSION = 2   # 2: verb forms in context (VB / VBP)
 
 def _brown_files(root: Path):
     root = Path(root)
@@ -419,16 +439,18 @@ def _brown_key(root: Path | None, files) -> str:
     return h.hexdigest()[:16]
 
 def _parse_brown(files, cats) -> pd.DataFrame:
-    doc, sent, tok, word, tag = [], [], [], [], []
+    doc, sent, tok, word, tag, verb_form = [], [], [], [], [], []
     sid = 0
     for i, f in enumerate(files):
         for line in f.read_text(encoding='utf-8').splitlines():
             toks = line.split()
             if not toks: continue
+            first = len(tag)
             for j, t in enumerate(toks, 1):
                 w, sep, tg = t.rpartition('/')
                 if not sep: w, tg = t, 'nil'  # a token without a tag
                 word.append(w); tag.append(tg); tok.append(j)
+            verb_form += brown_verb_forms(tag[first:])
             doc += [i] * len(toks); sent += [sid] * len(toks)
             sid += 1
     names, doc = [f.name for f in files], np.array(doc, np.int32)
@@ -441,7 +463,7 @@ def _parse_brown(files, cats) -> pd.DataFrame:
         'genre': pd.Categorical.from_codes(np.array([genres.index(cats.get(n, '')) for n in names])[doc], genres),
         'sent_id': np.array(sent, np.int32), 'token_id': np.array(tok, np.int16), 'word': word, 'tag': tag,
         'upos': recode(brown_to_universal, list(UNIVERSAL_TAGS)),
-        'verb_form': recode(brown_verb_form, ['', 'VB', 'VBD', 'VBG', 'VBN', 'VBZ'])})
+        'verb_form': pd.Categorical(verb_form, ['', 'VB', 'VBP', 'VBD', 'VBG', 'VBN', 'VBZ'])})
 
 def load_brown_tagged(root=None) -> pd.DataFrame:
     """The Brown corpus, one row per token, in corpus order (documents sorted by name):

@@ -24,8 +24,8 @@ from .tasks import Task, load_task, score, SPLITS, SUITE
 # %% auto #0
 __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FINETUNE', 'FinetuneConfig', 'lr_scale',
            'default_hparams', 'with_head', 'adopt_tokenizer', 'mlm_adapt', 'encode', 'predict', 'evaluate_split',
-           'train_one', 'finetune', 'majority_baseline', 'transfer_table', 'transfer_chart', 'finetune_checkpoint',
-           'checkpoint_chart', 'finetune_run']
+           'train_one', 'finetune', 'majority_baseline', 'transfer_table', 'transfer_chart', 'transfer_summary',
+           'compare_rows', 'transfer_interval_chart', 'finetune_checkpoint', 'checkpoint_chart', 'finetune_run']
 
 # %% ../nbs/11_finetune.ipynb #b8416dea
 PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): paper 000 Table 5; POS: paper 001
@@ -394,6 +394,71 @@ def transfer_chart(results: pd.DataFrame, row: str = 'l1', title: str | None = N
                                                          color=alt.condition(alt.datum.value > 0.6, alt.value('white'), alt.value('black')))
     return (rect + text).properties(width=max(200, 62 * len(table.columns)), height=max(60, 24 * len(table)),
                                     title=title or f"{kw.get('split', 'test')} score by {row} and task")
+
+# %% ../nbs/11_finetune.ipynb #c6871eba
+def _t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    from scipy import stats
+    v = np.asarray(values, dtype=float); v = v[~np.isnan(v)]
+    if len(v) == 0: return (np.nan, np.nan, np.nan)
+    m = float(v.mean())
+    if len(v) < 2: return (m, np.nan, np.nan)
+    h = float(stats.t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    return (m, m - h, m + h)
+
+def transfer_summary(results: pd.DataFrame, row: str = 'l1', split: str = 'test', metric: str = 'primary') -> pd.DataFrame:
+    """Per `row` and task, and `avg` (the mean over tasks of each seed): `mean`, `lo`, `hi` (95% t interval over seeds),
+    `n_seeds`, and the seeds' values."""
+    df = results[results['split'] == split]
+    df = df[df['primary']] if metric == 'primary' else df[df['metric'] == metric]
+    if df.empty: raise NlEmbryoError(f"no results for split {split!r} and metric {metric!r}", f"splits present: {sorted(results['split'].unique())}")
+    per_seed = df.groupby([row, 'task', 'seed'], sort=False)['value'].mean().reset_index()
+    avg = per_seed.groupby([row, 'seed'], sort=False)['value'].mean().reset_index().assign(task='avg')
+    out = []
+    for (r, t), g in pd.concat([per_seed, avg], ignore_index=True).groupby([row, 'task'], sort=False):
+        m, lo, hi = _t_interval(g['value'])
+        out.append({row: r, 'task': t, 'mean': m, 'lo': lo, 'hi': hi, 'n_seeds': len(g), 'values': list(np.round(g['value'], 4))})
+    return pd.DataFrame(out)
+
+def compare_rows(summary: pd.DataFrame, orderings, row: str = 'l1', task: str = 'avg', level: float = 0.95) -> pd.DataFrame:
+    """Each claimed ordering `(a, b)` (a > b) on `task` of a `transfer_summary`: the difference of means, Welch's 95%
+    interval of it, and the verdict: `holds`, `fails` or `within noise`."""
+    from scipy import stats
+    s = summary[summary['task'] == task].set_index(row)
+    rows = []
+    for a, b in orderings:
+        if a not in s.index or b not in s.index:
+            raise NlEmbryoError(f"no {task!r} results for {a!r} or {b!r}", f"rows present: {', '.join(map(str, s.index))}")
+        va, vb = np.asarray(s.loc[a, 'values'], float), np.asarray(s.loc[b, 'values'], float)
+        d = va.mean() - vb.mean()
+        if len(va) > 1 and len(vb) > 1:
+            sa, sb = va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb)
+            se = np.sqrt(sa + sb)
+            dof = (sa + sb) ** 2 / ((sa ** 2 / (len(va) - 1) if sa else 0) + (sb ** 2 / (len(vb) - 1) if sb else 0)) if sa + sb > 0 else 1
+            h = stats.t.ppf(0.5 + level / 2, max(dof, 1)) * se
+        else: h = np.nan
+        lo, hi = d - h, d + h
+        verdict = 'holds' if lo > 0 else 'fails' if hi < 0 else 'within noise'
+        rows.append(dict(claim=f"{a} > {b}", task=task, difference=d, lo=lo, hi=hi, n_seeds=f"{len(va)} / {len(vb)}", verdict=verdict))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/11_finetune.ipynb #a7c31e02
+def transfer_interval_chart(summary: pd.DataFrame, row: str = 'l1', task: str = 'avg', baseline: str | None = 'majority',
+                            title: str | None = None):
+    "Mean test score per row on `task` (default the average over tasks) with its 95% interval over seeds; `baseline` (a row) dashed."
+    import altair as alt
+    d = summary[summary['task'] == task].copy()
+    if d.empty: raise NlEmbryoError(f"no {task!r} rows in the summary", "pass the frame of transfer_summary")
+    d[row] = d[row].astype(str)
+    base = d[d[row] == baseline] if baseline else d.iloc[0:0]
+    d = d[d[row] != baseline] if baseline else d
+    order = list(d[row])
+    y = alt.Y(f'{row}:N', sort=order, title=None)
+    bars = alt.Chart(d).mark_rule(strokeWidth=2).encode(y=y, x=alt.X('lo:Q', title=f'test score ({task}), 95% interval over seeds', scale=alt.Scale(zero=False)), x2='hi:Q')
+    pts = alt.Chart(d).mark_point(filled=True, size=60).encode(y=y, x='mean:Q', tooltip=[row, alt.Tooltip('mean:Q', format='.3f'),
+                                                                                        alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f'), 'n_seeds'])
+    layers = [bars, pts]
+    if len(base): layers.append(alt.Chart(base).mark_rule(strokeDash=[4, 3], color='gray').encode(x='mean:Q', tooltip=[row, alt.Tooltip('mean:Q', format='.3f')]))
+    return alt.layer(*layers).properties(width=360, height=max(60, 22 * len(d)), title=title or f'{task} test score by {row}')
 
 # %% ../nbs/11_finetune.ipynb #9cb3c436
 def finetune_checkpoint(model, tokenizer, data=None, tasks: Sequence[str] = SUITE, seeds: Sequence[int] = (0,),

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .analysis import Analysis, analyze, register
-from .charts import step_axis
+from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
+from .charts import interval_band, step_axis
 from .core import NlEmbryoError, cache_path
 from .data import fetched_path
 from .models import max_positions, mlm_head
@@ -21,10 +21,10 @@ from .timeline import Run, fingerprint
 
 # %% auto #0
 __all__ = ['RELATIONS', 'ISO_639_1', 'knowledge_checkpoint', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries',
-           'single_token_counts', 'train_byte_bpe', 'knowledge_probe', 'knowledge_scores', 'split_facts',
-           'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_part', 'knowledge_check', 'knowledge_split',
-           'knowledge_predictions', 'knowledge_chart', 'knowledge_charts', 'top_predictions_table', 'knowledge_section',
-           'analyze_knowledge']
+           'single_token_counts', 'train_byte_bpe', 'knowledge_probe', 'answer_prior', 'knowledge_scores',
+           'split_facts', 'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_part', 'knowledge_check',
+           'knowledge_split', 'knowledge_predictions', 'knowledge_chart', 'knowledge_charts', 'top_predictions_table',
+           'knowledge_section', 'analyze_knowledge']
 
 # %% ../nbs/12_knowledge.ipynb #26c8bda8
 @dataclass(frozen=True)
@@ -244,25 +244,39 @@ def knowledge_probe(model, tokenizer, facts: pd.DataFrame | None = None, templat
     out['top'] = [[words[i] for i in r] for r in top_ids]
     return out
 
-def knowledge_scores(predictions: pd.DataFrame, by=('relation',)) -> pd.DataFrame:
+def answer_prior(predictions: pd.DataFrame) -> pd.Series:
+    "Per query: True when its answer is its relation's most frequent answer — what a model that knows only the answer prior gets right."
+    top = predictions.drop_duplicates(['relation', 'subject']).groupby('relation')['object'].agg(lambda s: s.value_counts().index[0])
+    return predictions['object'].eq(predictions['relation'].map(top))
+
+def knowledge_scores(predictions: pd.DataFrame, by=('relation',), seed: int = 0) -> pd.DataFrame:
     """P@1, P@10 and MRR of `knowledge_probe` rows, tidy: the keys (`step` when present, `template_kind` when
-    several, then `by`), `metric`, `value`, `n` (queries). A `relation='mean'` row per key is the macro average."""
+    several, then `by`), `metric`, `value`, `lo`, `hi` (95% interval, bootstrap over the facts' subjects), `n`
+    (queries). `prior_p@1` is the baseline of the answer prior: the P@1 of always answering the relation's most
+    frequent answer. A `relation='mean'` row per key is the macro average over relations (no interval)."""
     by = [by] if isinstance(by, str) else list(by)
     keys = [k for k in ('step',) if k in predictions] + (['template_kind'] if predictions.get('template_kind', pd.Series()).nunique() > 1 else [])
     keys += [b for b in by if b not in keys]
-    if predictions.empty: return pd.DataFrame(columns=keys + ['metric', 'value', 'n'])
+    cols = keys + ['metric', 'value', 'lo', 'hi', 'n']
+    if predictions.empty: return pd.DataFrame(columns=cols)
     r = predictions['rank'].to_numpy()
-    d = predictions[keys].assign(**{'p@1': (r <= 1).astype(float), 'p@10': (r <= 10).astype(float), 'mrr': 1.0 / r})
-    g = d.groupby(keys, sort=False, observed=True)
-    wide = g[['p@1', 'p@10', 'mrr']].mean().join(g.size().rename('n')).reset_index()
+    d = predictions[keys].assign(**{'p@1': (r <= 1).astype(float), 'p@10': (r <= 10).astype(float), 'mrr': 1.0 / r,
+                                    'prior_p@1': answer_prior(predictions).astype(float).to_numpy(),
+                                    '_subject': predictions['subject'].to_numpy()})
+    rows = []
+    for key, g in d.groupby(keys, sort=False, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        for m in ('p@1', 'p@10', 'mrr', 'prior_p@1'):
+            est, lo, hi = cluster_bootstrap(g[m].to_numpy(), clusters=g['_subject'].to_numpy(), seed=seed)
+            rows.append(dict(zip(keys, key), metric=m, value=est, lo=lo, hi=hi, n=len(g)))
+    long = pd.DataFrame(rows)
     if 'relation' in keys:
         outer = [k for k in keys if k != 'relation']
-        m = wide.groupby(outer, sort=False)[['p@1', 'p@10', 'mrr', 'n']].agg({'p@1': 'mean', 'p@10': 'mean', 'mrr': 'mean', 'n': 'sum'}).reset_index() \
-            if outer else wide[['p@1', 'p@10', 'mrr', 'n']].agg({'p@1': 'mean', 'p@10': 'mean', 'mrr': 'mean', 'n': 'sum'}).to_frame().T
-        wide = pd.concat([wide, m.assign(relation='mean')], ignore_index=True)
-    long = wide.melt(id_vars=keys + ['n'], value_vars=['p@1', 'p@10', 'mrr'], var_name='metric', value_name='value')
+        agg = long.groupby(outer + ['metric'], sort=False).agg(value=('value', 'mean'), n=('n', 'sum')).reset_index() if outer else \
+              long.groupby('metric', sort=False).agg(value=('value', 'mean'), n=('n', 'sum')).reset_index()
+        long = pd.concat([long, agg.assign(relation='mean', lo=np.nan, hi=np.nan)], ignore_index=True)
     long['n'] = long['n'].astype(int)
-    return long[keys + ['metric', 'value', 'n']].sort_values(keys[:-1] + ['metric'] if len(keys) > 1 else ['metric'], kind='stable').reset_index(drop=True)
+    return long[cols].sort_values(keys[:-1] + ['metric'] if len(keys) > 1 else ['metric'], kind='stable').reset_index(drop=True)
 
 # %% ../nbs/12_knowledge.ipynb #9a2a0791
 def split_facts(facts: pd.DataFrame, holdout: float = 0.0, seed: int = 0) -> pd.DataFrame:
@@ -312,8 +326,9 @@ def inject_facts(facts: pd.DataFrame | None = None, rate: float = 0.1, base: str
                 seed=seed, facts=facts[['relation', 'subject', 'object']].reset_index(drop=True))
     description = f"{spec0.description} + {rate:.0%} fact sentences ({len(facts)} facts, {templates}) [facts:{fingerprint(opts)}]"
 
-    def source(n_tokens, corpus_seed, tokenizer):
-        texts = list(spec0.source(n_tokens, corpus_seed, tokenizer))
+    def source(n_tokens, corpus_seed, tokenizer, split=None):
+        if spec0.split_sources and split == 'eval': return list(spec0.source(n_tokens, corpus_seed, tokenizer, 'eval'))   # no facts there
+        texts = list(spec0.source(n_tokens, corpus_seed, tokenizer, 'train' if spec0.split_sources else None))
         if max_base_sentences is not None: texts = texts[:max_base_sentences]
         use = facts
         if single_token:
@@ -331,7 +346,7 @@ def inject_facts(facts: pd.DataFrame | None = None, rate: float = 0.1, base: str
             if t is not None: out.append(t)
         return out
 
-    spec = CorpusSpec(name, spec0.tokenizer, description, source)
+    spec = CorpusSpec(name, spec0.tokenizer, description, source, split_sources=spec0.split_sources)
     for p in _stale_builds(name, description):
         warnings.warn(f"removing {p}: a build of corpus {name!r} made with other injection options")
         shutil.rmtree(p, ignore_errors=True)
@@ -373,13 +388,22 @@ def knowledge_chart(scores: pd.DataFrame, metrics=('p@1', 'mrr'), title: str = '
     "P@1 / MRR (or other `metrics`) per relation against step (the shared step axis, step 0 included), one panel per metric."
     import altair as alt
     if scores.empty or 'step' not in scores: raise NlEmbryoError("no knowledge scores over steps to plot", "run analyze(run, 'knowledge') first")
-    d = scores[scores.metric.isin(metrics)].copy()
-    enc = dict(x=step_axis(d['step']), y=alt.Y('value:Q', title=None, scale=alt.Scale(domain=[0, 1])),
-               color=alt.Color('relation:N', title='relation'),
-               tooltip=['step', 'relation', 'metric', alt.Tooltip('value:Q', format='.3f'), 'n'])
+    d = interval_columns(scores[scores.metric.isin(metrics) & (scores.relation != 'mean')]).copy()
+    x, color = step_axis(d['step']), alt.Color('relation:N', title='relation')
+    enc = dict(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(domain=[0, 1])), color=color,
+               tooltip=['step', 'relation', 'metric', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'),
+                        alt.Tooltip('hi:Q', format='.3f'), 'n'])
     if 'template_kind' in d: enc['strokeDash'] = alt.StrokeDash('template_kind:N', title='template')
-    return alt.Chart(d).mark_line(point=True).encode(**enc).properties(width=300, height=200).facet(
-        column=alt.Column('metric:N', title=None, sort=list(metrics))).properties(title=title)
+    layers = [interval_band(x, color=color, opacity=0.1), alt.Chart().mark_line(point=True).encode(**enc)]
+    if 'prior_p@1' in set(scores.metric):     # the answer prior, per relation, on the P@1 panel
+        prior = scores[(scores.metric == 'prior_p@1') & (scores.relation != 'mean')].groupby('relation', as_index=False)['value'].first()
+        d = pd.concat([d, prior.assign(metric='p@1', step=np.nan, kind='prior')], ignore_index=True)
+        layers.append(alt.Chart().transform_filter(alt.datum.kind == 'prior').mark_rule(strokeDash=[4, 3]).encode(
+            y='value:Q', color=color, tooltip=['relation', alt.Tooltip('value:Q', format='.3f', title='answer prior')]))
+        layers = [l.transform_filter('datum.kind != "prior"') if i < 2 else l for i, l in enumerate(layers)]
+    return alt.layer(*layers, data=d).properties(width=300, height=200).facet(
+        column=alt.Column('metric:N', title=None, sort=list(metrics))).properties(
+        title=alt.TitleParams(title, subtitle='bands: 95% intervals (bootstrap over facts); dashed: the answer prior of each relation'))
 
 def knowledge_charts(tables: dict) -> dict:
     "The saved chart: P@1 and MRR per relation over the steps."

@@ -517,7 +517,14 @@ def _evaluate(module, batches, seed, device, **override):
             vals = {k: v for k, v in out.items() if k != 'loss' and torch.is_tensor(v)}
             for k, v in zip(vals, torch.stack([v.float() for v in vals.values()]).tolist()): stats.setdefault(k, []).append(v)
     module.train()
-    return {f"eval_{k}": float(np.mean(v)) for k, v in stats.items()}
+    out = {f"eval_{k}": float(np.mean(v)) for k, v in stats.items()}
+    for k in ('mlm_loss', 'mlm_acc'):             # a 95% t interval over the eval batches: the eval points' error bars
+        v = np.asarray(stats.get(k, []), float)
+        if len(v) > 1:
+            from scipy import stats as st
+            h = float(st.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+            out[f"eval_{k}_lo"], out[f"eval_{k}_hi"] = out[f"eval_{k}"] - h, out[f"eval_{k}"] + h
+    return out
 
 def _plateau_advice(cfg) -> str:
     "The recipe knobs that move a run off the unigram plateau and that this run did not use, with the values it used."

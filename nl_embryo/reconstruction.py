@@ -11,18 +11,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .analysis import Analysis, analyze, register
-from .charts import step_axis
+from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
+from .charts import interval_band, step_axis
 from .core import NlEmbryoError, autocast_dtype, torch_threads
 from .timeline import Run
 from .words import align_words, max_input_length, token_batches, words_frame
 
 # %% auto #0
-__all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'RECONSTRUCTION_VERSION', 'reconstruction_checkpoint', 'RECONSTRUCTION',
-           'pos_class', 'bin_label', 'reconstruction_data', 'word_correctness', 'accuracy_by_group',
-           'reconstruction_analysis', 'train_copy_model', 'rescale_by_final', 'reconstruction_check',
-           'reconstruction_part', 'reconstruction_inputs', 'reconstruction_chart', 'reconstruction_charts',
-           'reconstruction_section', 'analyze_reconstruction']
+__all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION',
+           'reconstruction_checkpoint', 'RECONSTRUCTION', 'pos_class', 'bin_label', 'reconstruction_data',
+           'word_correctness', 'accuracy_by_group', 'reconstruction_analysis', 'train_copy_model', 'rescale_by_final',
+           'reconstruction_check', 'reconstruction_part', 'reconstruction_inputs', 'reconstruction_chart',
+           'reconstruction_charts', 'reconstruction_section', 'analyze_reconstruction']
 
 # %% ../nbs/07_reconstruction.ipynb #3f08d6bb
 POS_CLASSES = {
@@ -42,51 +42,64 @@ def pos_class(tag: str) -> str:
 def bin_label(lo: int, hi: int) -> str: return f"{lo}–{hi}"
 
 # %% ../nbs/07_reconstruction.ipynb #6adda05f
+MIN_GROUP_WORDS = 200   # words a group needs to be reported (paper 002 has thousands per group; fewer make noise, not a curve)
+
 @functools.lru_cache(maxsize=1)
 def _brown_frequency():
-    "The Brown corpus (load_brown_tagged), each token's lower-cased frequency rank (1 = most frequent), and sentence bounds."
+    """The evaluation sentences of Brown (`nl_embryo.splits`: documents no pre-training corpus holds), each token's
+    lower-cased frequency rank in the whole Brown corpus (1 = most frequent), and sentence bounds."""
     from nl_embryo.data import load_brown_tagged
+    from nl_embryo.splits import eval_sentence_ids
     b = load_brown_tagged()
     low = b['word'].str.lower()
     counts = low.value_counts()                                   # ties: order of value_counts (stable by count)
-    rank = pd.Series(np.arange(1, len(counts) + 1), index=counts.index)
+    rank = pd.Series(np.arange(1, len(counts) + 1), index=counts.index).reindex(low).to_numpy()
+    keep = b['sent_id'].isin(eval_sentence_ids('brown')).to_numpy()
+    b, rank = b[keep].reset_index(drop=True), rank[keep]
     starts = np.flatnonzero(b['token_id'].to_numpy() == 1)
-    return b, rank.reindex(low).to_numpy(), starts, np.append(starts[1:], len(b))
+    return b, rank, starts, np.append(starts[1:], len(b))
 
-def reconstruction_data(n_words: int = 800, per_bin: int = 25, bins=FREQUENCY_BINS, seed: int = 0,
-                        max_sentence_words: int = 40) -> dict:
-    """Evaluation sentences from Brown: `{'texts': [...], 'words': DataFrame}` with one row per word: `sent`, `wid`,
-    `word`, `start`, `end`, `tag`, `pos_class`, `verb_form`, `freq_rank`, `freq_bin` ('' outside the bins), `target`."""
-    if n_words < 1 and not (bins and per_bin > 0): raise NlEmbryoError(f"n_words={n_words} and no frequency bins: nothing to evaluate", "use n_words=800 (the default)")
+def reconstruction_data(per_group: int = MIN_GROUP_WORDS, bins=FREQUENCY_BINS, seed: int = 0, max_sentence_words: int = 40,
+                        n_words: int | None = None, per_bin: int | None = None) -> dict:
+    """Evaluation words from Brown's evaluation documents: `{'texts': [...], 'words': DataFrame, 'quota': {...}}`, one
+    row per word of the chosen sentences: `sent`, `wid`, `word`, `start`, `end`, `tag`, `pos_class`, `verb_form`,
+    `freq_rank`, `freq_bin` ('' outside the bins), `target` (evaluated). Sentences of 3..`max_sentence_words` words are
+    read in a seeded random order; a word becomes a target when one of its groups (its POS class, its verb form, its
+    frequency bin) has fewer than `per_group` targets yet, and a sentence is kept when it holds a target. `quota`:
+    the targets per group; a group that could not reach `per_group` is reported there and left out of the results.
+    (`n_words`, `per_bin`: the options of earlier releases, read as `per_group`.)"""
+    per_group = per_group if n_words is None and per_bin is None else max(1, per_bin or 0, (n_words or 0) // max(1, len(POS_CLASSES)))
+    if per_group < 1: raise NlEmbryoError(f"per_group={per_group}: nothing to evaluate", f"use per_group={MIN_GROUP_WORDS} (the default)")
     b, rank, starts, ends = _brown_frequency()
     lengths = ends - starts
-    ok = (lengths >= 3) & (lengths <= max_sentence_words)
+    tags = b['tag'].astype(str).to_numpy()
+    cls_of = {t: pos_class(t) for t in np.unique(tags)}
+    pos = np.array([cls_of[t] for t in tags], dtype=object)
+    vf = b['verb_form'].astype(str).to_numpy()
+    vf = np.where(np.isin(vf, list(VERB_FORMS)), vf, '')                   # the paper's five forms (not VBP)
+    fbin = np.full(len(b), '', dtype=object)
+    for lo, hi in bins: fbin[(rank >= lo) & (rank <= hi)] = bin_label(lo, hi)
+    groups = {('pos', c): 0 for c in POS_CLASSES} | {('verb_form', f): 0 for f in VERB_FORMS} | {('frequency', bin_label(*x)): 0 for x in bins}
     rng = np.random.default_rng(seed)
-    cand = rng.permutation(np.flatnonzero(ok))
-    pick = list(cand[:int(np.searchsorted(np.cumsum(lengths[cand]), n_words)) + 1]) if n_words > 0 else []
-    full = set(pick); bin_sents = []
-    sent_of = np.repeat(np.arange(len(starts)), lengths)
-    for lo, hi in bins:
-        inside = (rank >= lo) & (rank <= hi)
-        sents = np.unique(sent_of[inside])
-        sents = rng.permutation(sents[ok[sents] & ~np.isin(sents, list(full) + bin_sents)])
-        hits = np.bincount(sent_of[inside], minlength=len(starts))[sents]
-        bin_sents += list(sents[:int(np.searchsorted(np.cumsum(hits), per_bin)) + 1]) if per_bin > 0 else []
-    chosen = pick + bin_sents
+    chosen, target_rows = [], []
+    for i in rng.permutation(np.flatnonzero((lengths >= 3) & (lengths <= max_sentence_words))):
+        if all(v >= per_group for v in groups.values()): break
+        hits = []
+        for r in range(starts[i], ends[i]):
+            mine = [k for k in (('pos', pos[r]), ('verb_form', vf[r]), ('frequency', fbin[r])) if k[1] and k in groups]
+            if any(groups[k] < per_group for k in mine):
+                hits.append(r)
+                for k in mine: groups[k] += 1
+        if hits: chosen.append(i); target_rows += hits
     rows = np.concatenate([np.arange(starts[i], ends[i]) for i in chosen]) if chosen else np.zeros(0, int)
     texts, words = words_frame([b['word'].iloc[starts[i]:ends[i]].tolist() for i in chosen])
-    tags = b['tag'].iloc[rows].astype(str).to_numpy()
-    r = rank[rows]
-    fbin = np.full(len(rows), '', dtype=object)
-    for lo, hi in bins: fbin[(r >= lo) & (r <= hi)] = bin_label(lo, hi)
-    cls = {t: pos_class(t) for t in np.unique(tags)}
-    words = words.assign(tag=tags, pos_class=[cls[t] for t in tags], verb_form=b['verb_form'].iloc[rows].astype(str).to_numpy(),
-                         freq_rank=r.astype(np.int64), freq_bin=fbin.astype(str),
-                         target=(words['sent'].to_numpy() < len(pick)) | (fbin != ''))
-    return dict(texts=texts, words=words)
+    words = words.assign(tag=tags[rows], pos_class=pos[rows].astype(str), verb_form=vf[rows].astype(str),
+                         freq_rank=rank[rows].astype(np.int64), freq_bin=fbin[rows].astype(str),
+                         target=np.isin(rows, np.asarray(target_rows, dtype=rows.dtype)))
+    return dict(texts=texts, words=words, quota={f'{g}:{v}': n for (g, v), n in groups.items()}, per_group=per_group)
 
 # %% ../nbs/07_reconstruction.ipynb #22f2c0cb
-RECONSTRUCTION_VERSION = 1   # bump to invalidate cached results when the code behind reconstruction_analysis changes
+RECONSTRUCTION_VERSION = 2   # bump to invalidate cached results when the code behind reconstruction_analysis changes
 
 def _masked_lm_head(model):
     "The model's MLM head, or a clear error for an encoder without one."
@@ -123,7 +136,7 @@ def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], p
             for i in batch: out[i] = pred[k:k + len(positions[i])]; k += len(positions[i])
     return out
 
-def word_correctness(model, tokenizer, data: dict, mask_fraction: float | None = 0.15, batch_tokens: int = 8192) -> pd.DataFrame:
+def word_correctness(model, tokenizer, data: dict, mask_fraction: float | None = None, batch_tokens: int = 8192) -> pd.DataFrame:
     "The words of `data` with `aligned`, `reconstructed` and `predicted` (bool) for each evaluated word (see above)."
     head = _masked_lm_head(model)
     device = next(model.parameters()).device
@@ -171,8 +184,10 @@ def word_correctness(model, tokenizer, data: dict, mask_fraction: float | None =
     out.attrs['n_sequences'] = dict(reconstruction=len(keep), prediction=len(c_seqs))
     return out
 
-def accuracy_by_group(words: pd.DataFrame, layer: int = -1) -> pd.DataFrame:
-    "Tidy accuracies of `word_correctness` output: task, layer, grouping, group, metric, value, n."
+def accuracy_by_group(words: pd.DataFrame, layer: int = -1, min_words: int = 1, seed: int = 0) -> pd.DataFrame:
+    """Tidy accuracies of `word_correctness` output: task, layer, grouping, group, metric, value, `lo`, `hi` (a 95%
+    interval, bootstrap over sentences), n. A group with fewer than `min_words` evaluated words gets no value (NaN): it
+    is left out of the results."""
     w = words[words['evaluated']]
     rows = []
     for task, col in [('reconstruction', 'reconstructed'), ('prediction', 'predicted')]:
@@ -181,16 +196,18 @@ def accuracy_by_group(words: pd.DataFrame, layer: int = -1) -> pd.DataFrame:
         groups += [('verb_form', f, w[w['verb_form'] == f]) for f in VERB_FORMS]
         groups += [('frequency', b, w[w['freq_bin'] == b]) for b in sorted(set(w['freq_bin']) - {''}, key=lambda s: int(s.split('–')[0]))]
         for grouping, g, sub in groups:
-            rows.append(dict(task=task, layer=layer, grouping=grouping, group=g, metric='accuracy',
-                             value=float(sub[col].mean()) if len(sub) else np.nan, n=len(sub)))
+            est, lo, hi = cluster_bootstrap(sub[col].to_numpy(), clusters=sub['sent'].to_numpy(), seed=seed) if len(sub) >= max(1, min_words) else (np.nan,) * 3
+            rows.append(dict(task=task, layer=layer, grouping=grouping, group=g, metric='accuracy', value=est, lo=lo, hi=hi, n=len(sub)))
     return pd.DataFrame(rows)
 
-def reconstruction_analysis(model, tokenizer, data: dict, mask_fraction: float | None = 0.15, batch_tokens: int = 8192,
+def reconstruction_analysis(model, tokenizer, data: dict, mask_fraction: float | None = None, batch_tokens: int = 8192,
                             version: int = RECONSTRUCTION_VERSION) -> pd.DataFrame:
-    "Token reconstruction and mask prediction accuracy of `model` on `data` (`reconstruction_data()`), by group: a tidy frame."
+    """Token reconstruction and mask prediction accuracy of `model` on `data` (`reconstruction_data()`), by group: a tidy
+    frame with intervals. `mask_fraction=None` masks one word per copy of a sentence, as paper 002 does; a fraction
+    masks that share of a sentence's words per copy (fewer copies, a harder task)."""
     words = word_correctness(model, tokenizer, data, mask_fraction, batch_tokens)
     base = getattr(model, 'base_model', model)
-    return accuracy_by_group(words, layer=int(base.config.num_hidden_layers))
+    return accuracy_by_group(words, layer=int(base.config.num_hidden_layers), min_words=data.get('per_group', 1))
 
 # %% ../nbs/07_reconstruction.ipynb #c44562b9
 def train_copy_model(tokenizer, texts: list[str], max_steps: int = 300, lr: float = 5e-3, seed: int = 0, hidden: int = 64):
@@ -228,6 +245,8 @@ def rescale_by_final(df: pd.DataFrame) -> pd.DataFrame:
     out, final = acc.copy(), np.asarray(final, dtype=float)
     value = acc['value'].to_numpy(dtype=float)
     out['value'] = np.divide(value, final, out=np.full(len(value), np.nan), where=final > 0)
+    for c in ('lo', 'hi'):      # the interval of the accuracy, divided by the final value (its own noise not added)
+        if c in acc: out[c] = np.divide(acc[c].to_numpy(dtype=float), final, out=np.full(len(value), np.nan), where=final > 0)
     out['metric'] = 'accuracy_rescaled'
     return out
 
@@ -246,12 +265,12 @@ def reconstruction_part(run) -> str:
     "Which half of a checkpoint reconstruction reads: the generator of an ELECTRA pair, else the model."
     return 'generator' if Run.coerce(run).is_pair() else 'auto'
 
-def reconstruction_inputs(run, n_words: int = 800, per_bin: int = 25, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
+def reconstruction_inputs(run, per_group: int = MIN_GROUP_WORDS, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
     "The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model."
     from nl_embryo.models import max_positions
     positions = max_positions(Run.coerce(run).model_config(part=reconstruction_part(run)))
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
-    return [reconstruction_data(n_words=n_words, per_bin=per_bin, seed=seed, max_sentence_words=max_sentence_words)]
+    return [reconstruction_data(per_group=per_group, seed=seed, max_sentence_words=max_sentence_words)]
 
 reconstruction_checkpoint = reconstruction_analysis
 
@@ -261,16 +280,18 @@ def reconstruction_chart(df: pd.DataFrame, grouping: str = 'pos', rescaled: bool
     import altair as alt
     metric = 'accuracy_rescaled' if rescaled else 'accuracy'
     if rescaled and not (df['metric'] == metric).any(): df = rescale_by_final(df)
-    d = df[(df['grouping'] == grouping) & (df['metric'] == metric)][['step', 'task', 'group', 'value', 'n']]
+    d = interval_columns(df[(df['grouping'] == grouping) & (df['metric'] == metric)])[['step', 'task', 'group', 'value', 'lo', 'hi', 'n']]
+    d = d[d['value'].notna()]                                             # groups left out (too few words) are not drawn
     if d.empty: raise NlEmbryoError(f"no {metric} rows for grouping {grouping!r}", "run analyze(run, 'reconstruction') first")
     order = {'pos': list(POS_CLASSES), 'verb_form': list(VERB_FORMS)}.get(grouping, sorted(d['group'].unique(), key=lambda s: (len(s), s)))
-    return alt.Chart(d).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=step_axis(d['step']),
-        y=alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy'),
-        color=alt.Color('group:N', sort=order, title=grouping.replace('_', ' ')),
-        tooltip=['task', 'group', 'step', alt.Tooltip('value:Q', format='.3f'), 'n']
-    ).properties(width=280, height=200).facet(column=alt.Column('task:N', sort=['reconstruction', 'prediction'], title=None)).properties(
-        title=title or f"token reconstruction and mask prediction by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}")
+    x, color = step_axis(d['step']), alt.Color('group:N', sort=order, title=grouping.replace('_', ' '))
+    band = interval_band(x, color=color, opacity=0.12)
+    line = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=25)).encode(
+        x=x, y=alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy'), color=color,
+        tooltip=['task', 'group', 'step', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f'), 'n'])
+    return alt.layer(band, line, data=d).properties(width=280, height=200).facet(column=alt.Column('task:N', sort=['reconstruction', 'prediction'], title=None)).properties(
+        title=title or f"token reconstruction and mask prediction by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}"
+                       " — bands: 95% intervals")
 
 def reconstruction_charts(tables: dict) -> dict:
     "The saved charts: by part of speech (also rescaled), by verb form, by frequency."
@@ -283,9 +304,13 @@ def reconstruction_charts(tables: dict) -> dict:
 def reconstruction_section(run, tables: dict) -> list:
     "Reconstruction and prediction in a report: by part of speech (also rescaled), by verb form and frequency, and the values."
     df = tables['reconstruction']
+    left = sorted({f"{g} ({n} words)" for g, n in df[df['value'].isna() & (df['grouping'] != 'all')][['group', 'n']].itertuples(index=False)})
     parts = ["Accuracy of the MLM head at reproducing each unmasked word (*reconstruction*) and at predicting a whole "
-             "masked word, all its pieces exactly (*prediction*), by part of speech (paper 002 §3). The rescaled chart "
-             "divides each curve by its value at the last checkpoint, to show *when* each class is learned.",
+             "masked word, all its pieces exactly (*prediction*, one masked word per copy of the sentence), by part of speech "
+             "(paper 002 §3), on at least 200 words per group from documents no pre-training corpus holds; bands are 95% "
+             "intervals (bootstrap over sentences). The step-0 model is each curve's own baseline. The rescaled chart divides "
+             "each curve by its value at the last checkpoint, to show *when* each class is learned (the bands scale with it, "
+             "the final checkpoint's own noise aside)." + (f" Left out for too few words: {', '.join(left)}." if left else ''),
              reconstruction_chart(df, 'pos'), reconstruction_chart(df, 'pos', rescaled=True),
              "By verb form (paper 002 Fig. 7) and by frequency rank of the word in Brown (Fig. 8: ranks 50–99, 300–349, 1550–1599):",
              reconstruction_chart(df, 'verb_form')]
@@ -296,8 +321,8 @@ def reconstruction_section(run, tables: dict) -> list:
 
 RECONSTRUCTION = register(Analysis(
     'reconstruction', 'Token reconstruction and mask prediction', reconstruction_checkpoint, reconstruction_inputs,
-    defaults=dict(n_words=800, per_bin=25, seed=0, max_sentence_words=40, mask_fraction=0.15),
-    data_options=('n_words', 'per_bin', 'seed', 'max_sentence_words'), key=('task', 'grouping', 'group', 'metric'),
+    defaults=dict(per_group=MIN_GROUP_WORDS, seed=0, max_sentence_words=40, mask_fraction=None),
+    data_options=('per_group', 'seed', 'max_sentence_words'), key=('task', 'grouping', 'group', 'metric'),
     charts=reconstruction_charts, section=reconstruction_section, check=reconstruction_check, part=reconstruction_part,
     version=RECONSTRUCTION_VERSION, description='token reconstruction and mask prediction by part of speech, verb form and frequency (paper 002 §3)'), replace=True)
 

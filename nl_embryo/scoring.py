@@ -156,13 +156,17 @@ def compare_pll(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 # %% ../nbs/13_scoring.ipynb #096c003a
 def held_out_sentences(corpus: str = 'english', n: int | None = 500, seed: int = 0, eval_fraction: float = 0.01,
                        min_words: int = 1, max_words: int | None = None) -> list[str]:
-    "The first `n` sentences of a text corpus' eval split (as `build_corpus(corpus, seed=seed, eval_fraction=...)` made it), with `min_words`..`max_words` words."
+    "The first `n` sentences of a text corpus' eval split (its evaluation documents, or as `build_corpus(corpus, seed=seed, eval_fraction=...)` made it), with `min_words`..`max_words` words."
     from nl_embryo.corpora import CORPORA
     if corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {corpus!r}", f"choose one of: {', '.join(CORPORA)}")
     spec = CORPORA[corpus]
     if spec.artificial: raise NlEmbryoError(f"corpus {corpus!r} is artificial: it has no sentences", "use a text corpus: english, brown, sotu, turkish, code")
-    items = spec.source(None, seed, None)
-    is_eval = np.random.default_rng(seed).random(len(items)) < eval_fraction
+    if spec.split_sources:       # by document: the evaluation sentences of the split registry
+        items = list(spec.source(None, seed, None, 'eval')); is_eval = np.ones(len(items), bool)
+        items = [items[i] for i in np.random.default_rng(seed).permutation(len(items))]   # the order build_corpus packs them in
+    else:
+        items = spec.source(None, seed, None)
+        is_eval = np.random.default_rng(seed).random(len(items)) < eval_fraction
     out = [t for t, e in zip(items, is_eval) if e and min_words <= len(t.split()) <= (max_words or 10**9)]
     return out if n is None else out[:n]
 

@@ -7,15 +7,16 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .analysis import Analysis, analyze, register
-from .charts import step_axis
+from .analysis import Analysis, cluster_bootstrap, interval_columns, register
+from .charts import interval_band, step_axis
 from .core import NlEmbryoError
 from .interventions import apply_interventions, parse_interventions
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'SURGERY', 'surgery_spec', 'parse_surgeries', 'masked_lm_loss', 'surgery_checkpoint',
-           'surgery_data', 'surgery_check', 'surgery_chart', 'surgery_charts', 'surgery_section']
+__all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'SURGERY', 'surgery_spec', 'parse_surgeries', 'masked_lm_losses', 'masked_lm_loss',
+           'surgery_checkpoint', 'masked_lm_loss_of', 'surgery_data', 'surgery_check', 'surgery_chart',
+           'surgery_charts', 'surgery_section']
 
 # %% ../nbs/09a_surgery.ipynb #87c9daec
 SURGERIES = {'identity': None, 'reverse': 'reverse_layers', 'shuffle': 'shuffle_embeddings'}
@@ -40,39 +41,62 @@ def parse_surgeries(text) -> tuple:
     return tuple(['identity'] + [n for n in names if n != 'identity'])
 
 # %% ../nbs/09a_surgery.ipynb #0162c585
-def masked_lm_loss(model, batches, seed: int = 0, mask_prob: float = 0.15) -> float:
-    "The mean MLM loss of `model` on `batches` (int arrays) with the fixed eval masks of `pretrain` (seeded per batch, 80/10/10)."
+def masked_lm_losses(model, batches, seed: int = 0, mask_prob: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of `batches` (int arrays), the summed MLM loss and the number of masked tokens, with the fixed eval
+    masks of `pretrain` (seeded per batch, 80/10/10): `(loss_sums, counts)`, one entry per block."""
     from nl_embryo.pretrain import mask_tokens, masked_lm_logits, step_generator
     V = model.config.vocab_size; device = next(model.parameters()).device
-    losses = []
+    sums, counts = [], []
     with torch.no_grad():
         for i, b in enumerate(batches):
             ids = torch.as_tensor(np.asarray(b), dtype=torch.long)
             inputs, _, sel = mask_tokens(ids, V, step_generator(seed, -1 - i), mask_prob)
             logits = masked_lm_logits(model, inputs.to(device), sel.to(device))
-            losses.append(float(F.cross_entropy(logits.float(), ids[sel].to(device))))
-    return float(np.mean(losses))
+            tok = F.cross_entropy(logits.float(), ids[sel].to(device), reduction='none').cpu().double()
+            row = sel.nonzero()[:, 0]
+            sums.append(torch.zeros(len(ids), dtype=torch.float64).index_add_(0, row, tok).numpy()); counts.append(sel.sum(1).numpy())
+    return np.concatenate(sums), np.concatenate(counts).astype(np.float64)
+
+def masked_lm_loss(model, batches, seed: int = 0, mask_prob: float = 0.15) -> float:
+    "The MLM loss of `model` on `batches`, averaged per batch as `pretrain` logs its eval loss."
+    sums, counts = masked_lm_losses(model, batches, seed, mask_prob)
+    edges = np.cumsum([0] + [len(b) for b in batches])
+    return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
 def surgery_checkpoint(model, tokenizer, data, surgeries=DEFAULT_SURGERIES, seed: int = 0) -> pd.DataFrame:
     """Apply each of `surgeries` to a copy of `model` and measure it on `data` (`surgery_data`): the MLM loss on the
     eval batches and, when `data` has a probing task, the last layer's probe accuracy. Rows: `surgery`, `metric`
-    (`mlm_loss`, `probe_accuracy`, and their changes against `identity`: `mlm_loss_increase`, `probe_accuracy_drop`), `value`."""
-    from nl_embryo.probes import probes_checkpoint
-    rows = []
+    (`mlm_loss`, `probe_accuracy`, and their changes against `identity`: `mlm_loss_increase`, `probe_accuracy_drop`),
+    `value`, `lo`, `hi`: 95% intervals by a bootstrap over eval blocks (the loss) or test sentences (the probe), paired
+    with the intact model for the changes."""
+    from nl_embryo.probes import probe_correctness
+    measured = {}
     for name in parse_surgeries(surgeries):
         spec = surgery_spec(name)
         m = model if spec is None else apply_interventions(model, spec).eval()
-        rows.append(dict(surgery=name, metric='mlm_loss', value=masked_lm_loss(m, data['batches'], data['seed'])))
-        if data.get('task') is not None:
-            p = probes_checkpoint(m, tokenizer, data['task'], control=False, seed=seed)
-            last = p[p.metric == 'accuracy'].sort_values('layer').iloc[-1]
-            rows.append(dict(surgery=name, metric='probe_accuracy', value=float(last['value'])))
+        measured[name] = dict(loss=masked_lm_losses(m, data['batches'], data['seed']))
+        if data.get('task') is not None: measured[name]['probe'] = probe_correctness(m, tokenizer, data['task'], seed=seed)
         if m is not model: del m
-    df = pd.DataFrame(rows)
-    ref = df[df.surgery == 'identity'].set_index('metric')['value']
-    change = df.assign(value=np.where(df.metric == 'mlm_loss', df.value - df.metric.map(ref), df.metric.map(ref) - df.value),
-                       metric=df.metric.map({'mlm_loss': 'mlm_loss_increase', 'probe_accuracy': 'probe_accuracy_drop'}))
-    return pd.concat([df, change], ignore_index=True)
+    (ref_sums, counts), rows = measured['identity']['loss'], []
+    blocks = np.arange(len(counts))
+    for name, got in measured.items():
+        sums = got['loss'][0]
+        rows.append(dict(surgery=name, metric='mlm_loss', value=masked_lm_loss_of(sums, counts, data['batches']),
+                         **dict(zip(('lo', 'hi'), cluster_bootstrap(sums, counts, clusters=blocks, seed=seed)[1:]))))
+        inc = cluster_bootstrap(sums - ref_sums, counts, clusters=blocks, seed=seed)
+        rows.append(dict(surgery=name, metric='mlm_loss_increase', value=inc[0], lo=inc[1], hi=inc[2]))
+        if 'probe' in got:
+            right, sent = got['probe']; ref_right = measured['identity']['probe'][0]
+            acc = cluster_bootstrap(right, clusters=sent, seed=seed)
+            drop = cluster_bootstrap(ref_right.astype(float) - right, clusters=sent, seed=seed)
+            rows += [dict(surgery=name, metric='probe_accuracy', value=acc[0], lo=acc[1], hi=acc[2]),
+                     dict(surgery=name, metric='probe_accuracy_drop', value=drop[0], lo=drop[1], hi=drop[2])]
+    return pd.DataFrame(rows)
+
+def masked_lm_loss_of(sums, counts, batches) -> float:
+    "The loss `masked_lm_loss` reports, from per-block sums and counts: the mean over batches of each batch's loss."
+    edges = np.cumsum([0] + [len(b) for b in batches])
+    return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
 def surgery_data(run, eval_batches: int = 8, batch_size: int = 32, probe: bool = True, probe_words: int = 1500, seed: int = 0) -> list[dict]:
     """The data of `surgery_checkpoint` for `run`: the first eval batches of the run's own corpus (its `config.json`
@@ -98,14 +122,17 @@ def surgery_check(run) -> None:
 def surgery_chart(df: pd.DataFrame, metric: str = 'mlm_loss_increase', title: str | None = None):
     "What each surgery costs over the steps (the shared step axis): one line per surgery; 0 is the intact model."
     import altair as alt
-    d = df[(df.metric == metric) & (df.surgery != 'identity')]
+    d = interval_columns(df[(df.metric == metric) & (df.surgery != 'identity')])
     if d.empty: raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'surgery') first")
     what = {'mlm_loss_increase': 'MLM loss increase (nats)', 'probe_accuracy_drop': 'POS probe accuracy drop'}.get(metric, metric)
-    lines = alt.Chart(d).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=step_axis(d['step']), y=alt.Y('value:Q', title=what), color=alt.Color('surgery:N', title='surgery'),
-        tooltip=['surgery', 'step', alt.Tooltip('value:Q', format='.3f')])
+    x, color = step_axis(d['step']), alt.Color('surgery:N', title='surgery')
+    band = interval_band(x, color=color, opacity=0.15)
+    lines = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=25)).encode(
+        x=x, y=alt.Y('value:Q', title=what), color=color,
+        tooltip=['surgery', 'step', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
     zero = alt.Chart(pd.DataFrame(dict(value=[0.0]))).mark_rule(color='gray', strokeDash=[4, 3]).encode(y='value:Q')
-    return (zero + lines).properties(width=320, height=200, title=title or f'surgery over time: {what}')
+    return (zero + alt.layer(band, lines, data=d)).properties(width=320, height=200, title=alt.TitleParams(
+        title or f'surgery over time: {what}', subtitle='bands: 95% intervals, paired with the intact model; 0: the intact model'))
 
 def surgery_charts(tables: dict) -> dict:
     "The saved charts: the MLM-loss increase of each surgery over the steps, and the probe-accuracy drop when measured."

@@ -227,7 +227,8 @@ def _bbc_topic(seed=0) -> Task:
 
 def _brown_genre(seed=0, min_words: int = 4) -> Task:
     from nl_embryo.data import load_brown_sentences
-    df = load_brown_sentences()
+    from nl_embryo.splits import eval_sentences
+    df = eval_sentences(load_brown_sentences(), 'brown')            # documents that no pre-training corpus holds
     df = df[df['text'].str.split().str.len() >= min_words].reset_index(drop=True)
     names = sorted(df['genre'].astype(str).unique())
     return Task('brown-genre', 'classification', df['text'].tolist(), df['genre'].astype(str).map(names.index).to_numpy(np.int64),
@@ -237,7 +238,8 @@ def _brown_genre(seed=0, min_words: int = 4) -> Task:
 # %% ../nbs/10_tasks.ipynb #645031bb
 def _next_sentence(seed=0, min_words: int = 3) -> Task:
     from nl_embryo.data import load_sotu_sentences
-    df = load_sotu_sentences()
+    from nl_embryo.splits import eval_sentences
+    df = eval_sentences(load_sotu_sentences(), 'sotu')              # speeches that no pre-training corpus holds
     df = df[df['text'].str.split().str.len() >= min_words].reset_index(drop=True)
     speech = (df['year'].astype(str) + df['president']).factorize()[0]
     texts = df['text'].tolist()
@@ -270,9 +272,10 @@ def swap_adjacent(words: list[str], rng: np.random.Generator) -> list[str] | Non
 
 def _word_order(seed=0, min_words: int = 5, max_words: int = 40) -> Task:
     from nl_embryo.data import load_brown_sentences
+    from nl_embryo.splits import eval_sentences
     rng = np.random.default_rng([seed, 202])
     texts, labels = [], []
-    for t in load_brown_sentences()['text']:
+    for t in eval_sentences(load_brown_sentences(), 'brown')['text']:
         w = t.split()
         if not min_words <= len(w) <= max_words: continue
         if rng.random() < 0.5: texts.append(t); labels.append(1)
@@ -285,7 +288,9 @@ def _word_order(seed=0, min_words: int = 5, max_words: int = 40) -> Task:
 # %% ../nbs/10_tasks.ipynb #847ec4ee
 def _brown_pos(seed=0, min_words: int = 2) -> Task:
     from nl_embryo.data import load_brown_tagged, UNIVERSAL_TAGS
+    from nl_embryo.splits import eval_sentence_ids
     df = load_brown_tagged()
+    df = df[df['sent_id'].isin(eval_sentence_ids('brown'))].reset_index(drop=True)
     starts = np.flatnonzero(df['token_id'].to_numpy() == 1)
     bounds = np.append(starts, len(df))
     words = df['word'].to_numpy(dtype=object)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from .charts import step_ticks
 from .core import NlEmbryoError, atomic_write_bytes
 from .pretrain import list_checkpoints
 
@@ -303,6 +304,11 @@ def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves',
     if 'mlm_loss' in value_cols and 'loss' in value_cols and np.allclose(m['loss'].dropna(), m['mlm_loss'].dropna()):
         value_cols.remove('loss')                                   # plain MLM: the total is the MLM loss
     long = m.melt(id_vars=['step'], value_vars=value_cols, var_name='series', value_name='value').dropna()
+    for side in ('lo', 'hi'):                      # the eval points' intervals, where the run logged them
+        bounds = m.melt(id_vars=['step'], value_vars=[c for c in m.columns if c.endswith(f'_{side}') and c[:-len(side) - 1] in value_cols],
+                        var_name='series', value_name=side)
+        bounds['series'] = bounds['series'].str[:-len(side) - 1]
+        long = long.merge(bounds.dropna(), on=['step', 'series'], how='left') if len(bounds) else long.assign(**{side: np.nan})
     long['split'] = np.where(long['series'].str.startswith('eval_'), 'eval', 'train')
     long['metric'] = long['series'].str.replace('eval_', '', regex=False)
     long['kind'] = np.where(long['metric'].str.endswith('acc'), 'accuracy', 'loss')
@@ -313,11 +319,13 @@ def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves',
         ends = [long['step'].min(), long['step'].max()]
         long = pd.concat([long, pd.DataFrame(dict(step=ends, series='unigram entropy', value=unigram_entropy, split='reference',
                                                   metric='unigram entropy', kind='loss'))], ignore_index=True)
-    base = alt.Chart().encode(x=alt.X('step:Q', scale=alt.Scale(type='log'), title='step (log)'),
+    base = alt.Chart().encode(x=alt.X('step:Q', scale=alt.Scale(type='symlog', constant=1), axis=alt.Axis(values=step_ticks(m['step']), format='~s', labelOverlap='greedy'), title='step'),
                               y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N'),
                               tooltip=['step', 'metric', 'split', alt.Tooltip('value:Q', format='.4f')])
     lines = base.transform_filter(alt.datum.split == 'train').mark_line(opacity=0.7)
     points = base.transform_filter(alt.datum.split == 'eval').mark_point(filled=True, size=50)
+    bars = base.transform_filter(alt.datum.split == 'eval').mark_rule().encode(y='lo:Q', y2='hi:Q')
     reference = base.transform_filter(alt.datum.split == 'reference').mark_line(strokeDash=[5, 4], color='gray')
-    return alt.layer(lines, points, reference, data=long).properties(width=320, height=200).facet(
-        column=alt.Column('kind:N', title=None)).resolve_scale(y='independent').properties(title=title)
+    return alt.layer(lines, bars, points, reference, data=long).properties(width=320, height=200).facet(
+        column=alt.Column('kind:N', title=None)).resolve_scale(y='independent').properties(title=alt.TitleParams(
+        title, subtitle='points: held-out eval (bars: 95% intervals over eval batches); dashed: the unigram entropy'))

@@ -59,7 +59,7 @@ def counting_loads(monkeypatch):
 
 # ---- known answers -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize('offset,pattern,klass', [(-1, 'prev', 'previous'), (0, 'self', 'diagonal'), (1, 'next', 'next')])
+@pytest.mark.parametrize('offset,pattern,klass', [(-1, 'prev', 'diagonal'), (0, 'self', 'self'), (1, 'next', 'diagonal')])
 def test_shifted_model_scores_and_class(tok, letters, offset, pattern, klass):
     model = shifted_attention_model(offset, vocab_size=len(tok))
     scores, maps = split_tables(attention_tables(model, tok, letters, map_len=16, batch_size=7))
@@ -147,7 +147,7 @@ def test_head_classes_and_emergence_from_frames():
                 rows.append(dict(step=step, layer=layer, head=1, pattern=p, value=v))
     scores = pd.DataFrame(rows)
     classes = classify_heads(scores).set_index(['step', 'layer'])['head_class']
-    assert classes[(0, 1)] == 'vertical' and classes[(0, 2)] == 'broad' and classes[(100, 2)] == 'diagonal'
+    assert classes[(0, 1)] == 'vertical' and classes[(0, 2)] == 'heterogeneous' and classes[(100, 2)] == 'self'
     em = pattern_emergence(scores).set_index('layer')
     assert em.loc[2, 'first_step'] == 100 and em.loc[1, 'first_step'] == 1000       # the later layer first
     assert pattern_emergence(scores, threshold=0.95)['first_step'].isna().all()
@@ -189,7 +189,8 @@ def test_analyze_attention_writes_tables_and_charts(analysed):
     assert sorted(scores['step'].unique()) == [0, 10, 30]
     assert list(scores.columns[:5]) == ['step', 'layer', 'head', 'pattern', 'value']
     assert len(scores) == 3 * 4 * 4 * 8 and scores['n_sentences'].eq(48).all()
-    assert set(scores['head_class']) <= {'diagonal', 'previous', 'next', 'vertical', 'broad'}
+    assert set(scores['head_class']) <= {'diagonal', 'vertical', 'vertical+diagonal', 'self', 'heterogeneous'}
+    assert (scores['lo'] <= scores['value'] + 1e-9).all() and (scores['value'] <= scores['hi'] + 1e-9).all()
     on_disk = pd.read_parquet(out/'attention.parquet')
     pd.testing.assert_frame_equal(on_disk, scores)
     maps = pd.read_parquet(out/'attention_maps.parquet')
