@@ -18,9 +18,9 @@ from .models import SPECIAL_IDS, is_pair, mlm_head, quiet_transformers
 
 # %% auto #0
 __all__ = ['TOKENIZER_ATTR', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'interventions_of', 'tokenizer_for',
-           'reverse_layers', 'remove_layers', 'clean_components', 'clean', 'shuffle_embeddings', 'swap_embeddings',
-           'rescale_init', 'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings', 'parse_interventions',
-           'apply_interventions']
+           'reverse_layers', 'remove_layers', 'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings',
+           'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings',
+           'parse_interventions', 'apply_interventions']
 
 # %% ../nbs/09_interventions.ipynb #f3f3dbf8
 TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the tokenizer that goes with the new embeddings
@@ -219,14 +219,31 @@ def _vocab_tensors(model) -> list[torch.Tensor]:
         if getattr(out, 'bias', None) is not None: ts.append(out.bias)
     return [t for t in ts if t.shape[0] == emb.shape[0]]
 
+_SPECIAL_NAMES = ('pad', 'unk', 'cls', 'sep', 'mask')
+
+def _own_tokenizer(model):
+    "The tokenizer a model carries (`swap_embeddings`) or that its own folder holds (`config._name_or_path`), else None."
+    tok = getattr(model, TOKENIZER_ATTR, None)
+    if tok is not None: return tok
+    path = Path(str(getattr(model.config, '_name_or_path', '') or ''))
+    if path.is_dir() and any((path/f).exists() for f in ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json')):
+        from transformers import AutoTokenizer
+        with contextlib.suppress(Exception), quiet_transformers(): return AutoTokenizer.from_pretrained(path)
+    return None
+
 def _keep_ids(model, keep) -> list[int]:
-    "The ids whose rows stay put: `keep` (ids or a tokenizer), else the model's special-token ids."
+    "The ids whose rows stay put: `keep` (ids or a tokenizer), else the model's special-token ids (see above); refuses when it cannot tell."
     V = model.get_input_embeddings().weight.shape[0]
     if keep is None:
-        tok = getattr(model, TOKENIZER_ATTR, None)
-        ids = {getattr(model.config, f'{n}_token_id', None) for n in ('pad', 'unk', 'cls', 'sep', 'mask', 'bos', 'eos')}
+        named = {n: getattr(model.config, f'{n}_token_id', None) for n in (*_SPECIAL_NAMES, 'bos', 'eos')}
+        ids = {i for i in named.values() if i is not None}
+        tok = _own_tokenizer(model)
         if tok is not None: ids |= set(tok.all_special_ids)
-        if getattr(model.config, 'nl_embryo_arch', None) and tok is None: ids |= set(SPECIAL_IDS.values())
+        elif getattr(model.config, 'nl_embryo_arch', None): ids |= set(SPECIAL_IDS.values())
+        elif missing := [n for n in _SPECIAL_NAMES if named[n] is None]:
+            raise NlEmbryoError(f"{type(model).__name__} came without its tokenizer and its config does not name the ids of "
+                                f"{', '.join('[' + n.upper() + ']' for n in missing)}: shuffling would move their rows",
+                                "pass keep=tokenizer (the model's tokenizer), or keep=[ids] of its special tokens")
     elif hasattr(keep, 'all_special_ids'): ids = set(keep.all_special_ids)
     elif isinstance(keep, (int, np.integer)) or isinstance(keep, str):
         raise NlEmbryoError(f"keep={keep!r} must be a list of token ids or a tokenizer", "e.g. keep=[0, 1, 2, 3, 4] or keep=tokenizer")
@@ -236,17 +253,33 @@ def _keep_ids(model, keep) -> list[int]:
     if bad: raise NlEmbryoError(f"keep holds ids {bad} outside the vocabulary 0..{V - 1}", "pass ids of this model's vocabulary")
     return ids
 
-def shuffle_embeddings(model, seed: int = 0, keep=None) -> PreTrainedModel:
-    "A copy of `model` whose word-embedding rows (and tied output rows and bias) are permuted among all ids but the special ones (`keep`)."
+_ENGLISH_PIECE = re.compile(r'(##)?[A-Za-z]+')
+
+def english_piece_ids(tokenizer) -> list[int]:
+    "The ids of a tokenizer's English word pieces: ASCII letters only, `##`-continuations included (paper 003's 'English tokens')."
+    vocab = tokenizer.get_vocab()
+    special = set(tokenizer.all_special_ids)
+    return sorted(i for t, i in vocab.items() if i not in special and _ENGLISH_PIECE.fullmatch(t))
+
+def shuffle_embeddings(model, seed: int = 0, keep=None, only: str | None = None) -> PreTrainedModel:
+    """A copy of `model` whose word-embedding rows (and tied output rows and bias) are permuted among all ids but the
+    special ones (`keep`); `only='english'`: among the English word pieces only (paper 003), every other row stays."""
+    if only not in (None, 'english'): raise NlEmbryoError(f"unknown only={only!r}", "use only='english' (paper 003) or leave it out")
     new = _copy(model)
     kept = _keep_ids(new, keep)
     V = new.get_input_embeddings().weight.shape[0]
-    movable = torch.tensor([i for i in range(V) if i not in set(kept)], dtype=torch.long)
+    if only == 'english':
+        tok = keep if hasattr(keep, 'get_vocab') else _own_tokenizer(new)
+        if tok is None: raise NlEmbryoError("only='english' needs the tokenizer, to know which pieces are English", "pass keep=tokenizer")
+        if len(tok) > V: raise NlEmbryoError(f"the tokenizer ({len(tok)} pieces) does not match the model ({V} embedding rows)",
+                                             "pass the tokenizer the model was pre-trained with (Run(path).load() gives both)")
+        movable = torch.tensor([i for i in english_piece_ids(tok) if i < V and i not in set(kept)], dtype=torch.long)
+    else: movable = torch.tensor([i for i in range(V) if i not in set(kept)], dtype=torch.long)
     src = movable[torch.randperm(len(movable), generator=torch.Generator().manual_seed(seed))]
     with torch.no_grad():
         for t in _vocab_tensors(new):
             t[movable.to(t.device)] = t[src.to(t.device)].clone()
-    return _record(new, 'shuffle_embeddings', dict(seed=seed, **({} if keep is None else {'keep': kept})))
+    return _record(new, 'shuffle_embeddings', dict(seed=seed, **({} if keep is None else {'keep': kept}), **({'only': only} if only else {})))
 
 # %% ../nbs/09_interventions.ipynb #8fa4ea2e
 def _load_donor(donor):

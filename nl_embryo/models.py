@@ -13,7 +13,7 @@ import torch
 from torch import nn
 import transformers
 from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForTokenClassification, AutoConfig, BertConfig,
-                          BertForMaskedLM, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, PretrainedConfig,
+                          BertForMaskedLM, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, ElectraForTokenClassification, PretrainedConfig,
                           PreTrainedModel, RobertaConfig, RobertaForMaskedLM, RobertaPreLayerNormConfig)
 
 from .core import NlEmbryoError, human_size
@@ -21,11 +21,12 @@ from .corpora import SPECIAL_TOKENS
 
 # %% auto #0
 __all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PRE_LN_ARCHS',
-           'ATTENTION_IMPLEMENTATIONS', 'ROBERTA_TYPES', 'SizePreset', 'get_preset', 'PairConfig', 'build_config',
-           'quiet_transformers', 'model_class', 'ElectraPair', 'is_pair', 'build_model', 'load_model', 'set_attention',
-           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
-           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
-           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
+           'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset',
+           'get_preset', 'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair', 'is_pair',
+           'build_model', 'load_model', 'set_attention', 'attention_implementation', 'count_parameters',
+           'parameter_table', 'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops',
+           'kaplan_training_flops', 'measure_training_flops', 'mlm_head', 'split_mlm_head', 'steps_for_equal_flops',
+           'max_positions', 'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def build_config(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int =
     if arch == 'electra':
         return PairConfig(
             _config('ElectraForMaskedLM', arch, 'generator', hidden=g_hidden, heads=g_heads, intermediate=g_inter, embedding_size=E, **common),
-            _config('ElectraForPreTraining', arch, 'discriminator', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, embedding_size=E, **common))
+            _config('ElectraForTokenClassification', arch, 'discriminator', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate,
+                    embedding_size=E, num_labels=1, **common))
     E = p.embedding_size or ALBERT_EMBEDDING_SIZE
     albert = dict(embedding_size=E, num_hidden_groups=1, inner_group_num=1)
     return PairConfig(
@@ -446,9 +448,24 @@ def split_mlm_head(model: PreTrainedModel) -> tuple:
     return features, decoder
 
 # %% ../nbs/03_models.ipynb #5b0e039d
-def steps_for_equal_flops(model, reference, reference_steps: int, seq_len: int = 128, **kwargs) -> int:
-    "Steps `model` may take (same batch shape) to spend the training FLOPs of `reference` after `reference_steps` steps."
-    return round(reference_steps * flops_per_token(reference, seq_len, **kwargs)['total'] / flops_per_token(model, seq_len, **kwargs)['total'])
+FLOPS_CONVENTIONS = ('analytic', 'paper001')
+PAPER001_STEP_COST = {'bert': 1.0, 'electra': 163 / 125, 'ale': 163 / 162}   # per-step cost relative to BERT implied by Table V
+
+def _arch_of(model) -> str:
+    cfg = _as_configs(model)
+    cfg = cfg.discriminator if isinstance(cfg, PairConfig) else cfg
+    return getattr(cfg, 'nl_embryo_arch', None) or cfg.model_type
+
+def steps_for_equal_flops(model, reference, reference_steps: int, seq_len: int = 128, convention: str = 'analytic', **kwargs) -> int:
+    """Steps `model` may take (same batch shape) to spend the training FLOPs of `reference` after `reference_steps` steps,
+    under `convention`: `'analytic'` (this chapter's matmul count) or `'paper001'` (the cost ratios paper 001's Table V
+    implies for BERT, ELECTRA and ALE; the analytic count for any other architecture)."""
+    if convention not in FLOPS_CONVENTIONS: raise NlEmbryoError(f"unknown FLOPs convention {convention!r}", f"use one of: {', '.join(FLOPS_CONVENTIONS)}")
+    ratio = flops_per_token(reference, seq_len, **kwargs)['total'] / flops_per_token(model, seq_len, **kwargs)['total']
+    a, r = _arch_of(model), _arch_of(reference)
+    if convention == 'paper001' and a in PAPER001_STEP_COST and r in PAPER001_STEP_COST:
+        ratio = PAPER001_STEP_COST[r] / PAPER001_STEP_COST[a]
+    return round(reference_steps * ratio)
 
 # %% ../nbs/03_models.ipynb #16c6a9ee
 ROBERTA_TYPES = ('roberta', 'roberta-prelayernorm', 'xlm-roberta', 'camembert')   # position ids start after the pad id

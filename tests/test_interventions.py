@@ -396,10 +396,10 @@ def test_pair_means_discriminator(models):
     "(Every intervention on the pair is in the round-trip matrix above, arch 'electra'.)"
     pair = models['electra']
     new = shuffle_embeddings(pair)
-    assert type(new).__name__ == 'ElectraForPreTraining' and interventions_of(new)[0]['name'] == 'shuffle_embeddings'
+    assert type(new).__name__ == 'ElectraForTokenClassification' and interventions_of(new)[0]['name'] == 'shuffle_embeddings'
     assert pair.embeddings_shared() and interventions_of(pair) == []
     assert not torch.equal(new.get_input_embeddings().weight, pair.generator.get_input_embeddings().weight)
-    assert type(apply_interventions(pair, [])).__name__ == 'ElectraForPreTraining'
+    assert type(apply_interventions(pair, [])).__name__ == 'ElectraForTokenClassification'
 
 
 def test_composition_records_in_order_and_replays(models, tmp_path):

@@ -3,7 +3,7 @@ import copy, dataclasses
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, ElectraForPreTraining, AlbertForTokenClassification
+from transformers import AutoModelForMaskedLM, ElectraForTokenClassification, AlbertForTokenClassification
 
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.models import (ARCHS, PAIR_ARCHS, PRESETS, SizePreset, ElectraPair, build_config, build_model, load_model,
@@ -57,7 +57,7 @@ def test_save_load_round_trip(models, arch, tmp_path):
         assert back.generator.get_output_embeddings().weight.data_ptr() == d.word_embeddings.weight.data_ptr()
         for a, b in [(m.generator, back.generator), (m.discriminator, back.discriminator)]:
             assert torch.equal(a(input_ids=ids).logits, b(input_ids=ids).logits)
-        cls = ElectraForPreTraining if arch == 'electra' else AlbertForTokenClassification
+        cls = ElectraForTokenClassification if arch == 'electra' else AlbertForTokenClassification
         with quiet_transformers():
             alone = cls.from_pretrained(tmp_path/'discriminator').eval()
         assert torch.equal(alone(input_ids=ids).logits, m.discriminator(input_ids=ids).logits)
