@@ -7,12 +7,13 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
+import pandas as pd
 
 from .core import NlEmbryoError, atomic_write_text
 
 # %% auto #0
-__all__ = ['DEMO_SIZES', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'demo_config', 'spread_steps', 'run_analyses', 'report_notebook',
-           'write_report', 'run_demo']
+__all__ = ['DEMO_SIZES', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'DEMO_BARS', 'demo_config', 'spread_steps', 'run_analyses',
+           'report_notebook', 'write_report', 'demo_checks', 'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SIZES = {   # preset -> the run: steps, batch and block size sized for the machine the preset is for
@@ -82,6 +83,10 @@ def report_notebook(run_dir) -> nbformat.NotebookNode:
         md("## Phases\n\nThe steps at which the run left the unigram plateau and at which the analyses below first detect "
            "what they measure (`Run.phases()`; an empty step: not reached)."),
         code("run.phases()"),
+        md("## Does the embryo grow?\n\nThe demo's three checks on its last checkpoint (`demo_checks`): the distance below the "
+           "unigram entropy beyond the eval set's noise, mask prediction for several parts of speech with different onsets, "
+           "and a POS probe better than the step-0 model's beyond both intervals."),
+        code("from nl_embryo.demo import demo_checks\ndemo_checks(run)"),
     ]
     for name in registry():
         if run.has_table(name): nb.cells.append(code(f"show_section(run, {name!r})"))
@@ -105,6 +110,52 @@ def write_report(run_dir, out_dir=None, kernel: str = 'python3') -> dict:
     atomic_write_text(html, notebook_to_html(dst))
     return dict(notebook=dst, html=html)
 
+# %% ../nbs/17_demo.ipynb #bb41aa0f
+DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
+
+def demo_checks(run) -> pd.DataFrame:
+    "The demo's three checks on the last checkpoint of `run`: a frame (check, value, bar, passed, detail)."
+    from nl_embryo.timeline import as_run
+    run = as_run(run)
+    rows = []
+    ev = run.metrics()
+    ev = ev.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in ev else ev.iloc[0:0]
+    h = run.config.get('unigram_entropy')
+    if ev.empty or h is None:
+        rows.append(dict(check='left the unigram plateau', value=np.nan, bar=DEMO_BARS['below_unigram'], passed=None, detail='no eval rows or no unigram entropy'))
+    else:
+        last = ev.iloc[-1]
+        hi = last.get('eval_mlm_loss_hi', np.nan); hi = last['eval_mlm_loss'] if pd.isna(hi) else hi
+        margin = float(h - hi)
+        rows.append(dict(check='left the unigram plateau', value=round(float(h - last['eval_mlm_loss']), 3), bar=DEMO_BARS['below_unigram'],
+                         passed=margin >= DEMO_BARS['below_unigram'],
+                         detail=f"step {int(last['step'])}: eval loss {last['eval_mlm_loss']:.3f} (95% CI up to {hi:.3f}) vs unigram {h:.3f}"))
+    rec = run.table('reconstruction')
+    if rec.empty: rows.append(dict(check='mask prediction by POS', value=np.nan, bar=DEMO_BARS['pos_groups'], passed=None, detail='reconstruction not run'))
+    else:
+        d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')]
+        final = d[d['step'] == d['step'].max()]
+        lo = final['lo'].fillna(final['value']) if 'lo' in final else final['value']
+        groups = sorted(final.loc[lo.to_numpy() > 0, 'group'])
+        ph = run.phases()
+        onsets = ph[ph['phase'].str.startswith('mask prediction: ') & ph['step'].notna()]
+        distinct = onsets['step'].nunique()
+        rows.append(dict(check='mask prediction by POS', value=len(groups), bar=DEMO_BARS['pos_groups'],
+                         passed=len(groups) >= DEMO_BARS['pos_groups'] and distinct >= 2,
+                         detail=f"{', '.join(groups) or 'none'} above 0 (CI) at step {int(d['step'].max())}; {distinct} distinct onset steps"))
+    pr = run.table('probes')
+    if pr.empty: rows.append(dict(check='POS probe beats step 0', value=np.nan, bar=DEMO_BARS['probe_gain'], passed=None, detail='probes not run'))
+    else:
+        acc = pr[(pr['task'] == 'pos') & (pr['metric'] == 'accuracy')]
+        first, last = acc[acc['step'] == acc['step'].min()], acc[acc['step'] == acc['step'].max()]
+        b0, b1 = first.loc[first['value'].idxmax()], last.loc[last['value'].idxmax()]
+        gap = float(b1['lo'] - b0['hi'])
+        rows.append(dict(check='POS probe beats step 0', value=round(float(b1['value'] - b0['value']), 3), bar=DEMO_BARS['probe_gain'],
+                         passed=gap > DEMO_BARS['probe_gain'] and b1['step'] > b0['step'],
+                         detail=f"step {int(b1['step'])} layer {int(b1['layer'])}: {b1['value']:.3f} [{b1['lo']:.3f}, {b1['hi']:.3f}] vs "
+                                f"step {int(b0['step'])} layer {int(b0['layer'])}: {b0['value']:.3f} [{b0['lo']:.3f}, {b0['hi']:.3f}]"))
+    return pd.DataFrame(rows, columns=['check', 'value', 'bar', 'passed', 'detail'])
+
 # %% ../nbs/17_demo.ipynb #583ae11b
 def run_demo(out='runs/demo', progress: bool = True, analysis_steps: int | None = DEMO_ANALYSIS_STEPS, analyses=None,
              quiet: bool | None = None, **overrides) -> dict:
@@ -126,7 +177,12 @@ def run_demo(out='runs/demo', progress: bool = True, analysis_steps: int | None 
         if progress: print(f"analyses at steps {steps}")
         run_analyses(run_dir, steps=steps, progress=progress, analyses=analyses)
     t_analyses = time.perf_counter() - t0 - t_train
+    checks = demo_checks(run_dir)
+    if progress:
+        for r in checks.itertuples():
+            mark = 'n/a' if pd.isna(r.passed) else ('pass' if r.passed else 'FAIL')
+            print(f"check [{mark}] {r.check}: {r.detail}")
     paths = write_report(run_dir)
     if progress: print(f"demo done in {time.perf_counter() - t0:.0f} s (data and pre-training {t_train:.0f} s, analyses "
                        f"{t_analyses:.0f} s, report {time.perf_counter() - t0 - t_train - t_analyses:.0f} s): run {run_dir}, report {paths['html']}")
-    return dict(run=run_dir, **paths)
+    return dict(run=run_dir, checks=checks, **paths)

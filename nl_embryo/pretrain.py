@@ -266,8 +266,8 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     'bert': Recipe(),             # BERT's own recipe (Devlin et al. 2019), the papers' setting
     'mini': Recipe(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
-    'tiny': Recipe(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
-    'small': Recipe(norm='post', dropout=0.0, lr=2e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
+    'tiny': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
+    'small': Recipe(norm='post', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
     'base': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
 }
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe))

@@ -374,7 +374,7 @@ def probe_correctness(model, tokenizer, data, layer: int = -1, seed: int = 0, **
     p = fit_probes(X[tr], y[tr], len(labels), seed=seed, device=next(model.parameters()).device, **fit_options)
     return p.predict(X[te])[0] == y[te], t['sent'].to_numpy()[te]
 
-def probes_data(run, tasks=('pos',), n_words: int = 3000, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
+def probes_data(run, tasks=('pos',), n_words: int = 10_000, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
     "The data of `probes_checkpoint` for `run`: one `ProbeTask.data()` per task name, with sentences that fit the run's model."
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     if not tasks: raise NlEmbryoError("no probing task given", f"choose from: {', '.join(PROBE_TASKS)}")
@@ -451,7 +451,7 @@ def probes_section(run, tables: dict) -> list:
 
 PROBES = register(Analysis(
     'probes', 'Linear probes', probes_checkpoint, probes_data,
-    defaults=dict(tasks=('pos',), n_words=3000, seed=0, max_sentence_words=40, pooling='mean', control=True,
+    defaults=dict(tasks=('pos',), n_words=10_000, seed=0, max_sentence_words=40, pooling='mean', control=True,
                   solver='lbfgs', weight_decay=1e-3, tol=1e-3),
     data_options=('tasks', 'n_words', 'seed', 'max_sentence_words'), shared_options=('seed',), row_options=('tasks',),
     key=('task',), charts=probes_charts, section=probes_section, version=PROBES_VERSION,

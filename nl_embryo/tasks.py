@@ -272,14 +272,15 @@ def swap_adjacent(words: list[str], rng: np.random.Generator) -> list[str] | Non
 
 def _word_order(seed=0, min_words: int = 5, max_words: int = 40) -> Task:
     from nl_embryo.data import load_brown_sentences
-    from nl_embryo.splits import eval_sentences
+    from nl_embryo.splits import eval_sentences, english_train_keys, text_key
     rng = np.random.default_rng([seed, 202])
+    train = english_train_keys()       # a swapped copy can be a sentence of the pre-training text: drop it
     texts, labels = [], []
     for t in eval_sentences(load_brown_sentences(), 'brown')['text']:
         w = t.split()
         if not min_words <= len(w) <= max_words: continue
         if rng.random() < 0.5: texts.append(t); labels.append(1)
-        elif (s := swap_adjacent(w, rng)) is not None: texts.append(' '.join(s)); labels.append(0)
+        elif (s := swap_adjacent(w, rng)) is not None and text_key(' '.join(s)) not in train: texts.append(' '.join(s)); labels.append(0)
     return Task('word-order', 'classification', texts, np.asarray(labels, np.int64), make_splits(len(texts), seed),
                 'matthews', 2, ['swapped', 'acceptable'], ('accuracy',),
                 f'Brown sentences ({min_words}-{max_words} words) or a copy with two adjacent words swapped: acceptable or not (like CoLA, Matthews)',

@@ -30,6 +30,12 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
         assert df['value'].notna().any()
     html = (out/'report.html').read_text()
     for heading in SECTIONS: assert heading in html, heading
+    # the three checks are printed, shown in the report, and honest about an 8-step run: still on the plateau
+    assert 'check [FAIL] left the unigram plateau' in r.stdout and 'Does the embryo grow?' in html
+    from nl_embryo.demo import demo_checks
+    checks = demo_checks(out).set_index('check')
+    assert list(checks.index) == ['left the unigram plateau', 'mask prediction by POS', 'POS probe beats step 0']
+    assert checks.loc['left the unigram plateau', 'passed'] == False and checks['passed'].notna().all()   # noqa: E712
     assert 'Traceback' not in html and 'cdn.jsdelivr' not in html and html.count('<svg') >= 5
     nb = json.loads((out/'report.ipynb').read_text())
     assert not [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if o.get('output_type') == 'error']

@@ -270,3 +270,13 @@ def test_repo_docs_build(tmp_path):
     assert re.search(r'<a href="https://github.com/[^"]+/core.py#L\d+"[^>]*>source</a>', core)      # nbdev's source links survive
     assert '<h3 id="nlembryoerror"' in core and 'href="core.html#nlembryoerror"' in core             # and its symbol links resolve
     assert (tmp_path/'site'/'index.html').exists() and r.out == (tmp_path/'site').resolve()
+
+
+def test_notebooks_are_light_and_carry_no_widget_state():
+    "Saved widget state made most of a chapter's size and a tutorial passed 1 MB: neither comes back."
+    import json
+    for nb_path in sorted((ROOT/'nbs').rglob('*.ipynb')):
+        nb = json.loads(nb_path.read_text())
+        assert 'widgets' not in nb.get('metadata', {}), f"{nb_path.relative_to(ROOT)} carries saved widget state"
+        limit = 300_000 if 'tutorials' in nb_path.parts else 400_000
+        assert nb_path.stat().st_size < limit, f"{nb_path.relative_to(ROOT)}: {nb_path.stat().st_size:,} bytes (limit {limit:,})"

@@ -8,7 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = {'task', 'kind', 'seed', 'split', 'metric', 'value', 'primary', 'n_train', 'n_eval'}
-TINY = dict(pretrain_steps=2, pretrain_batch_size=2, max_train=16, max_eval=8, finetune_steps=2, finetune_batch_size=4)
+TINY = dict(pretrain_steps=2, pretrain_batch_size=2, max_train=16, max_eval=8, finetune_steps=2, finetune_batch_size=4,
+            seeds=[0, 1])      # two seeds: the smallest that gives an interval and a verdict per ordering
+VERDICTS = {'holds', 'fails', 'within noise'}
 INTERVENTION_ROWS = ['original', 'reversed', 'shuffled', 'clean embeddings', 'oracle', 'rescaled (variance)', 'rescaled (magnitude)',
                      'last half removed', 'every 2nd removed', 'clean', 'turkish', 'turkish + English embeddings',
                      'turkish, clean English embeddings', 'majority']
@@ -41,6 +43,10 @@ def test_experiment_notebook_runs_with_papermill(tmp_path, monkeypatch, name, ro
     pd.testing.assert_frame_equal(test.loc[rows, ['sentiment', 'word-order']], table[['sentiment', 'word-order']],
                                   check_names=False, check_index_type=False)
     assert any((out_dir/'runs').iterdir())                   # out_dir given: the pre-training runs are kept
+    summary = pd.read_csv(out_dir/'summary.csv')
+    assert set(summary[row]) == set(rows) and (summary['n_seeds'] == 2).all() and (summary['lo'] <= summary['mean']).all()
+    orderings = pd.read_csv(out_dir/'orderings.csv')
+    assert len(orderings) and set(orderings['verdict']) <= VERDICTS
     print(f"{name}: {seconds:.0f} s")
 
 
@@ -52,7 +58,7 @@ def test_objectives_notebook_compares_at_equal_flops(tmp_path, monkeypatch):
     out_dir = tmp_path/'out'
     pm.execute_notebook(str(ROOT/'nbs'/'experiments'/'objectives.ipynb'), str(tmp_path/'objectives.ipynb'),
                         parameters=dict(reference_steps=6, batch_size=2, block_size=32, max_train=16, max_eval=8, finetune_steps=2,
-                                        finetune_batch_size=4, out_dir=str(out_dir)),
+                                        finetune_batch_size=4, seeds=[0, 1], out_dir=str(out_dir)),
                         kernel_name='python3', progress_bar=False, cwd=str(tmp_path))
     budget = pd.read_csv(out_dir/'budget.csv', index_col=0)
     assert list(budget.index) == ['bert', 'electra', 'ale', 'script']
@@ -69,3 +75,4 @@ def test_objectives_notebook_compares_at_equal_flops(tmp_path, monkeypatch):
     table = pd.read_csv(out_dir/'table.csv', index_col=0)
     assert list(table.index) == ['bert', 'electra', 'ale', 'script', 'majority']
     assert list(table.columns) == ['sentiment', 'word-order', 'avg']
+    assert set(pd.read_csv(out_dir/'orderings.csv')['verdict']) <= VERDICTS
