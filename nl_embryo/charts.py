@@ -28,7 +28,7 @@ def step_ticks(steps, max_ticks: int = 12) -> list[int]:
 def step_axis(steps=None, title: str = 'step', field: str = 'step', max_ticks: int = 12):
     "The x encoding of every chart over training steps: symlog scale (step 0 at the origin), ticks at the checkpoint `steps` (e.g. `df.step`)."
     import altair as alt
-    axis = dict(format='~s', labelOverlap='greedy', grid=False)
+    axis = dict(format=',d', labelOverlap='greedy', grid=False)
     if steps is not None and len(steps): axis['values'] = step_ticks(steps, max_ticks)
     return alt.X(f'{field}:Q', scale=alt.Scale(type='symlog', constant=1, nice=False), axis=alt.Axis(**axis), title=title)
 

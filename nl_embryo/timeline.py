@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .charts import step_ticks
+from .charts import step_axis
 from .core import NlEmbryoError, atomic_write_bytes
 from .pretrain import list_checkpoints
 
@@ -319,7 +319,8 @@ def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves',
         ends = [long['step'].min(), long['step'].max()]
         long = pd.concat([long, pd.DataFrame(dict(step=ends, series='unigram entropy', value=unigram_entropy, split='reference',
                                                   metric='unigram entropy', kind='loss'))], ignore_index=True)
-    base = alt.Chart().encode(x=alt.X('step:Q', scale=alt.Scale(type='symlog', constant=1), axis=alt.Axis(values=step_ticks(m['step']), format='~s', labelOverlap='greedy'), title='step'),
+    ticks = m.loc[m['eval_mlm_loss'].notna(), 'step'] if 'eval_mlm_loss' in m and m['eval_mlm_loss'].notna().any() else m['step']   # checkpoints
+    base = alt.Chart().encode(x=step_axis(ticks),
                               y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N'),
                               tooltip=['step', 'metric', 'split', alt.Tooltip('value:Q', format='.4f')])
     lines = base.transform_filter(alt.datum.split == 'train').mark_line(opacity=0.7)
