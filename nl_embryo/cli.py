@@ -10,7 +10,7 @@ from . import __version__
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['make_parser', 'main']
+__all__ = ['OBJECTIVE_ARCH', 'make_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #50cb5fec
 def _data_fetch(args):
@@ -34,10 +34,15 @@ def _corpus_build(args):
         build_corpus(name, block_size=args.block_size, vocab_size=args.vocab_size, n_tokens=args.n_tokens,
                      seed=args.seed, force=args.force)
 
+OBJECTIVE_ARCH = {'mlm': 'bert', 'electra': 'electra', 'script': 'script'}   # the architecture an objective implies alone
+
 def _pretrain(args):
     import dataclasses
     from nl_embryo.pretrain import PretrainConfig, pretrain
     opts = {f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig) if getattr(args, f.name, None) is not None}
+    if 'objective' in opts and 'arch' not in opts and opts['objective'] in OBJECTIVE_ARCH:
+        opts['arch'] = OBJECTIVE_ARCH[opts['objective']]
+        if not args.quiet: print(f"--objective {opts['objective']}: using --arch {opts['arch']} (pass --arch to choose another)")
     run = pretrain(PretrainConfig(**opts), resume=args.resume, quiet=args.quiet)
     if not args.quiet: print(f"run written to {run}")
 
@@ -92,27 +97,45 @@ def _docs(args):
     build_docs(strict=not args.no_strict)
 
 # %% ../nbs/15_cli.ipynb #117a281f
+def _field_comments(cls) -> dict:
+    "The comment after each field of a dataclass's source (`name: type = default   # comment`): the CLI's help lines."
+    import inspect, re
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r'^\s+(\w+): [^#\n]*#\s*(.+)$', inspect.getsource(cls), re.M)}
+
+def _pretrain_choices() -> dict:
+    "The values a pretrain option accepts, where they are a fixed set."
+    from nl_embryo.corpora import CORPORA
+    from nl_embryo.models import NORMS, PRESETS
+    from nl_embryo.pretrain import ARCHS, OBJECTIVES, OUTPUT_BIASES, RECIPES, SCHEDULES
+    return dict(arch=ARCHS, preset=tuple(PRESETS), corpus=tuple(CORPORA), objective=tuple(OBJECTIVES), recipe=tuple(RECIPES),
+                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=('auto', 'fp32', 'bf16'))
+
 def _add_pretrain(sub):
-    "`nl-embryo pretrain`: one flag per field of `PretrainConfig` (underscores become dashes)."
+    "`nl-embryo pretrain`: one flag per field of `PretrainConfig` (underscores become dashes), with its help line and choices."
     import dataclasses, typing
-    from nl_embryo.pretrain import PretrainConfig
+    from nl_embryo.pretrain import PretrainConfig, RECIPE_FIELDS
     p = sub.add_parser('pretrain', help='pre-train a model from scratch with a checkpoint timeline',
-                       description='Pre-train a BERT-family model; every option of PretrainConfig is a flag.')
-    hints = typing.get_type_hints(PretrainConfig)
+                       description='Pre-train a BERT-family model; every option of PretrainConfig is a flag. Options left out '
+                                   "come from the recipe (--recipe, default: the preset's).")
+    hints, notes, choices = typing.get_type_hints(PretrainConfig), _field_comments(PretrainConfig), _pretrain_choices()
     for f in dataclasses.fields(PretrainConfig):
         flag = '--' + f.name.replace('_', '-')
-        if f.default is False: p.add_argument(flag, dest=f.name, action='store_true', default=None)
+        note = notes.get(f.name, f.name.replace('_', ' ')).replace('%', '%%')      # argparse formats help with %
+        if f.default is False: p.add_argument(flag, dest=f.name, action='store_true', default=None, help=note)
         else:
             t = hints[f.name]; args = typing.get_args(t)
             typ = next((a for a in args if a in (int, float, str)), t if t in (int, float, str) else str)
-            p.add_argument(flag, dest=f.name, type=typ, default=None, help=f"default: {f.default}")
+            default = 'from the recipe' if f.default is None and f.name in RECIPE_FIELDS else f.default
+            p.add_argument(flag, dest=f.name, type=typ, default=None, choices=choices.get(f.name),
+                           help=note if 'default' in note else f"{note} (default: {default})")
     p.add_argument('--resume', action='store_true', help='continue from the newest complete checkpoint in --out')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
     p.set_defaults(func=_pretrain)
 
 def make_parser() -> argparse.ArgumentParser:
     "The argument parser of `nl-embryo`."
-    p = argparse.ArgumentParser(prog='nl-embryo', description='Language-model embryology: pre-train, keep a checkpoint timeline, measure.')
+    p = argparse.ArgumentParser(prog='nl-embryo', description='Language-model embryology: pre-train, keep a checkpoint timeline, measure.',
+                                allow_abbrev=False)
     p.add_argument('--version', action='version', version=f'nl_embryo {__version__}')
     sub = p.add_subparsers(dest='command', metavar='COMMAND')
     sub.required = True
@@ -129,9 +152,11 @@ def make_parser() -> argparse.ArgumentParser:
     corpus.add_parser('list', help='the named corpora and whether they are built').set_defaults(func=_corpus_list)
     b = corpus.add_parser('build', help='tokenise and pack named corpora into blocks')
     b.add_argument('names', nargs='+', metavar='NAME')
-    b.add_argument('--block-size', type=int, default=128); b.add_argument('--vocab-size', type=int, default=8000)
-    b.add_argument('--n-tokens', type=int, default=None, help='tokens to generate (artificial corpora)')
-    b.add_argument('--seed', type=int, default=0); b.add_argument('--force', action='store_true', help='rebuild even if cached')
+    b.add_argument('--block-size', type=int, default=128, help='tokens per block (default 128)')
+    b.add_argument('--vocab-size', type=int, default=8000, help="WordPiece vocabulary of the corpus' tokenizer (default 8000)")
+    b.add_argument('--n-tokens', type=int, default=None, help='tokens to generate (artificial corpora) or to match by repetition (real ones)')
+    b.add_argument('--seed', type=int, default=0, help='seed of the generator and of the sequence order (default 0)')
+    b.add_argument('--force', action='store_true', help='rebuild even if cached')
     b.set_defaults(func=_corpus_build)
 
     _add_pretrain(sub)
@@ -155,7 +180,15 @@ def make_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser('docs', help='render the docs site (Quarto where installed, else the nbconvert fallback)')
     doc.add_argument('--no-strict', action='store_true', help='do not fail on pages that carry error outputs')
     doc.set_defaults(func=_docs)
+    for parser in _all_parsers(p): parser.allow_abbrev = False     # `--step 5` is not `--steps 5`
     return p
+
+def _all_parsers(p: argparse.ArgumentParser):
+    "`p` and every sub-command parser under it."
+    yield p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()): yield from _all_parsers(child)
 
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `nl-embryo` console script."

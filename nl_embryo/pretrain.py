@@ -277,10 +277,10 @@ class PretrainConfig:
     "Everything that defines a pre-training run. Options left at None come from the recipe (`recipe`, default: the preset's)."
     out: str = 'runs/demo'            # the run folder
     arch: str = 'bert'                # bert | roberta | albert | electra | ale | script
-    preset: str = 'tiny'              # model size: tiny | small | base (nl_embryo.models.PRESETS)
+    preset: str = 'tiny'              # model size: mini | tiny | small | base (nl_embryo.models.PRESETS)
     corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA)
     objective: str | None = None      # mlm | electra | script (default: follows arch)
-    recipe: str | None = None         # the recipe behind the options left at None: bert | tiny | small | base (default: the preset's)
+    recipe: str | None = None         # the recipe behind the options left at None: bert | mini | tiny | small | base (default: the preset's)
     steps: int = 300                  # optimizer steps
     batch_size: int = 32              # sequences per optimizer step (all processes and accumulation steps together)
     batch_ramp: float = 0.0           # grow the batch linearly from a quarter of batch_size over this fraction of the steps (0: off)

@@ -54,3 +54,51 @@ def test_analyze_bad_input(tmp_path, tiny_run):
 def test_sweep_command_needs_a_grid(tmp_path):
     r = run_cli('sweep', '--out', tmp_path/'s', check=False)
     assert r.returncode == 2 and '--grid' in r.stderr and 'Traceback' not in r.stderr
+
+
+def _help(*args):
+    import contextlib, io
+    from nl_embryo.cli import main
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as e: main([*args, '--help'])
+    assert e.value.code == 0
+    return buf.getvalue()
+
+
+def test_every_command_explains_itself():
+    "Every option of every command has a help line; options with a fixed set of values list it."
+    from nl_embryo.cli import _all_parsers, make_parser
+    for parser in _all_parsers(make_parser()):
+        assert parser.allow_abbrev is False, parser.prog
+        for action in parser._actions:
+            if action.option_strings and action.help is None: raise AssertionError(f"{parser.prog} {action.option_strings[0]} has no help")
+    text = ' '.join(_help('pretrain').split())
+    for flag, values in [('--arch', 'bert,roberta,albert,electra,ale,script'), ('--preset', 'mini,tiny,small,base'),
+                         ('--objective', 'mlm,electra,script'), ('--precision', 'auto,fp32,bf16'), ('--norm', 'post,pre')]:
+        assert f'{flag} {{{values}}}' in text, flag
+    assert 'english,brown,sotu,turkish' in text and 'peak learning rate' in text
+
+
+def test_prefixes_are_refused_and_version_is_printed():
+    import contextlib, io
+    from nl_embryo import __version__
+    from nl_embryo.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as e: main(['pretrain', '--step', '5'])
+    assert e.value.code == 2 and 'unrecognized arguments: --step 5' in err.getvalue()      # not taken as --steps 5
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit): main(['--version'])
+    assert out.getvalue().strip() == f'nl_embryo {__version__}'
+
+
+def test_objective_alone_implies_its_architecture(monkeypatch, capsys):
+    "`--objective electra` with no `--arch` trains an ELECTRA (and says so) instead of refusing a BERT with ELECTRA's objective."
+    import nl_embryo.pretrain as P
+    from nl_embryo.cli import main
+    seen = []
+    monkeypatch.setattr(P, 'pretrain', lambda cfg, resume=False, quiet=False: seen.append(cfg) or cfg.out)
+    assert main(['pretrain', '--objective', 'electra', '--out', 'x']) == 0
+    assert seen[-1].arch == 'electra' and seen[-1].objective == 'electra'
+    assert 'using --arch electra' in capsys.readouterr().out
+    assert main(['pretrain', '--objective', 'mlm', '--arch', 'roberta', '--out', 'x', '--quiet']) == 0
+    assert seen[-1].arch == 'roberta'                         # an explicit --arch is kept

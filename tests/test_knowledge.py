@@ -88,7 +88,7 @@ def test_injected_corpus_mixes_paraphrases_at_the_rate_and_keeps_held_out_facts_
     assert abs(n / len(texts) - 0.2) < 0.01 and len(texts) - n == 500
     assert not set(fact_sentences(facts[~facts.injected], 100_000, 'all')) & set(texts)
     assert not set(fact_sentences(facts, 100_000, 'probe')) & set(texts)
-    base = CORPORA['english'].source(None, 0, None)[:500]
+    base = CORPORA['english'].source(None, 0, None, split='train')[:500]   # the train documents
     assert [t for t in texts if t not in written] == base            # the base keeps its order
 
 
@@ -123,7 +123,7 @@ def test_analyze_knowledge_writes_tidy_scores_and_charts(facts_run, tmp_path):
     run = Run(run)
     assert 'nl-embryo analyze' in report_section(run, 'knowledge').markdown()     # no table yet: the section says how to compute one
     scores = analyze_knowledge(run, quiet=True, facts=facts)
-    assert list(scores.columns) == ['step', 'options', 'relation', 'metric', 'value', 'n'] and set(scores.metric) == {'p@1', 'p@10', 'mrr'}
+    assert list(scores.columns) == ['step', 'options', 'relation', 'metric', 'value', 'lo', 'hi', 'n'] and set(scores.metric) == {'p@1', 'p@10', 'mrr', 'prior_p@1'}   # and the answer prior's P@1, the baseline
     assert scores.step.unique().tolist() == [0, STEPS]
     assert run.table('knowledge').equals(scores)
     assert run.chart_path('knowledge').with_suffix('.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

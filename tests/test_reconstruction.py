@@ -25,7 +25,7 @@ def tok():
 
 @pytest.fixture(scope='module')
 def small():
-    return reconstruction_data(n_words=150, per_bin=0, seed=5)
+    return reconstruction_data(per_group=12, seed=5)          # 12 target words for each group
 
 
 @pytest.fixture(scope='module')
@@ -37,7 +37,7 @@ def test_copy_model_reconstructs_everything(tok, small, copier):
     wc = word_correctness(copier, tok, small)
     ev = wc[wc.evaluated]
     n_pieces = align_words(tok, small['texts'], small['words']).n_pieces
-    assert len(ev) == len(wc) and ev.reconstructed.all()
+    assert len(ev) == small['words'].target.sum() and ev.reconstructed.all()   # every target word evaluated
     assert (n_pieces[ev.index] > 1).sum() >= 5                                  # multi-piece words among them
     assert ev.predicted.mean() < 0.2                                            # it never saw [MASK]
 
@@ -47,7 +47,7 @@ def test_copy_model_through_the_timeline(tmp_path, tok, small, copier):
     with quiet_transformers(): copier.save_pretrained(folder)
     tok.save_pretrained(folder)
     run = Run(folder)                                                           # a model folder: a one-step run
-    df = analyze_reconstruction(run, n_words=150, per_bin=0, seed=5, quiet=True)
+    df = analyze_reconstruction(run, per_group=12, seed=5, quiet=True)
     acc = df[df.metric == 'accuracy'].set_index(['task', 'grouping', 'group'])
     assert acc.loc[('reconstruction', 'all', 'all'), 'value'] == 1.0
     assert (acc.loc['reconstruction'].query('n > 0').value == 1.0).all()
@@ -61,7 +61,7 @@ def test_copy_model_through_the_timeline(tmp_path, tok, small, copier):
     # a second call is answered from the cache: no checkpoint is loaded, the frame is identical
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))
-        assert analyze_reconstruction(run, n_words=150, per_bin=0, seed=5, quiet=True, charts=False).equals(df)
+        assert analyze_reconstruction(run, per_group=12, seed=5, quiet=True, charts=False).equals(df)
 
 
 def test_whole_word_exact_match():
@@ -84,19 +84,22 @@ def test_masking_protocol(monkeypatch, tok, small, copier, mask_fraction):
     assert sum(len(p) for p in masked_pos) == n_pieces == sum(len(p) for p in rec_pos)
     for s, p in zip(copies, masked_pos):
         assert (s[p] == tok.mask_token_id).all() and (s == tok.mask_token_id).sum() == len(p)
-    n_words = small['words'].groupby('sent').size().to_numpy()
-    expected = sum(n if mask_fraction is None else int(np.ceil(n / max(1, round(0.15 * n)))) for n in n_words)
+    w = small['words']
+    n_words, n_targets = w.groupby('sent').size().to_numpy(), w.groupby('sent').target.sum().to_numpy()
+    # one masked word per copy by default (paper 002): one copy per target word; else ~mask_fraction of a sentence's words per copy
+    expected = sum(t if mask_fraction is None else int(np.ceil(t / max(1, round(0.15 * n)))) for n, t in zip(n_words, n_targets))
     assert len(copies) == expected
 
 
 def test_word_classes_and_frequency_bins():
     assert pos_class('vbz') == 'verb' and pos_class('hvd') == 'verb' and pos_class('md') == ''
     assert pos_class('np-tl') == 'proper noun' and pos_class('cs') == 'preposition' and pos_class('ppss') == ''
-    data = reconstruction_data(n_words=300, per_bin=20, seed=1)
+    data = reconstruction_data(per_group=20, seed=1)
     w = data['words']
     for lo, hi in FREQUENCY_BINS:
-        inbin = w[w.freq_bin == f'{lo}–{hi}']
-        assert len(inbin) >= 20 and inbin.freq_rank.between(lo, hi).all() and inbin.target.all()
+        inbin = w[(w.freq_bin == f'{lo}–{hi}') & w.target]
+        assert len(inbin) >= 20 and inbin.freq_rank.between(lo, hi).all()
+    assert all(n >= 20 for n in data['quota'].values())              # every group reached its quota
     assert (w[w.freq_bin == ''].freq_rank.lt(50) | w[w.freq_bin == ''].freq_rank.gt(99)).all()
     assert set(w.pos_class) - {''} <= set(POS_CLASSES)
     assert w.word.str.lower().map(w.groupby(w.word.str.lower()).freq_rank.first()).eq(w.freq_rank).all()   # one rank per type
@@ -124,7 +127,7 @@ def test_model_without_mlm_head_is_refused(tmp_path, tok, small, monkeypatch):
 
 def test_empty_request_is_refused():
     with pytest.raises(NlEmbryoError, match='nothing to evaluate'):
-        reconstruction_data(n_words=0, per_bin=0)
+        reconstruction_data(per_group=0)
 
 
 def test_folder_without_checkpoints_is_refused(tmp_path):
