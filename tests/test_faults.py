@@ -1,0 +1,222 @@
+"""Faults injected on purpose: damaged checkpoints, NaN restarts with a new learning rate, a full disk, pickled
+weights, fetched data that changed, and bad input named before anything is written. Each test takes seconds."""
+import errno, json, os, shutil, warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nl_embryo.core import NlEmbryoError
+from nl_embryo.pretrain import PretrainConfig, pretrain, list_checkpoints, checkpoint_problem, CHECKPOINT_MANIFEST
+import nl_embryo.pretrain as P
+
+MINI = dict(corpus='nested-zipf', block_size=32, corpus_tokens=40_000, batch_size=8, lr=2e-3, preset='mini', eval_batches=1)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread): yield
+
+
+def train(out, steps=4, checkpoints='0,2,4', resume=False, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return pretrain(PretrainConfig(out=str(out), steps=steps, checkpoints=checkpoints, **dict(MINI, **kw)), resume=resume, quiet=True)
+
+
+def weights(run, step):
+    return load_file(str(Path(run)/'checkpoints'/f'step{step}'/'model.safetensors'))
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory, small_corpus, one_torch_thread):
+    "An uninterrupted 4-step run (checkpoints 0, 2, 4)."
+    return train(tmp_path_factory.mktemp('ref')/'run')
+
+
+# --- 1. damaged checkpoints ---------------------------------------------------------------------------------------
+
+def test_checkpoint_has_a_manifest_written_last(reference):
+    ck = reference/'checkpoints'/'step4'
+    files = json.loads((ck/CHECKPOINT_MANIFEST).read_text())['files']
+    assert {'model.safetensors', 'optimizer.safetensors', 'trainer_state.json'} <= set(files)
+    assert all(files[f]['size'] == (ck/f).stat().st_size and len(files[f]['sha256']) == 64 for f in files)
+    assert checkpoint_problem(ck) is None and checkpoint_problem(ck, full=True) is None
+
+
+def test_truncated_weights_are_skipped_named_and_resumed_from_the_last_good(tmp_path, reference):
+    from nl_embryo.timeline import Run
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    w = run/'checkpoints'/'step4'/'model.safetensors'
+    w.write_bytes(w.read_bytes()[:w.stat().st_size // 2])
+    r = Run(run)
+    assert r.steps() == [0, 2] and 4 in r.damaged()
+    with pytest.raises(NlEmbryoError, match=r'step4 .* is damaged: model.safetensors has \d+ bytes') as e: r.load(4)
+    assert '--resume' in e.value.fix
+    model, _ = r.load()                                                # the newest good one
+    sd, w2 = model.state_dict(), weights(run, 2)
+    assert all(torch.equal(sd[k], w2[k]) for k in w2 if k in sd) and any(k in sd for k in w2)
+    with pytest.warns(UserWarning, match=r'skipped the damaged checkpoint\(s\) step4 .*continues from step2'):
+        pretrain(PretrainConfig(out=str(run), steps=4, checkpoints='0,2,4', **MINI), resume=True, quiet=True)
+    assert Run(run).steps() == [0, 2, 4]
+    assert same_weights(weights(run, 4), weights(reference, 4))      # the continuation is exact
+    steps = [json.loads(l)['step'] for l in (run/'metrics.jsonl').read_text().splitlines()]
+    assert steps == [0, 1, 2, 3, 4]
+
+
+def test_garbled_trainer_state_is_named(tmp_path, reference):
+    from nl_embryo.timeline import Run
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    ts = run/'checkpoints'/'step4'/'trainer_state.json'
+    ts.write_bytes(b'{"step": 4, garbage' + b' ' * (ts.stat().st_size - 19))        # same size: only the parse sees it
+    assert Run(run).steps() == [0, 2]
+    with pytest.raises(NlEmbryoError, match='trainer_state.json is not valid JSON'): Run(run).load(4)
+    with pytest.raises(NlEmbryoError, match='damaged'): Run(run).map(lambda m, t, d: pd.DataFrame({'x': [1]}), steps=[4], progress=False)
+
+
+def test_checkpoint_without_a_manifest_still_loads_and_is_checked_by_parsing(tmp_path, reference):
+    from nl_embryo.timeline import Run
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    for m in run.glob('checkpoints/*/' + CHECKPOINT_MANIFEST): m.unlink()     # as written before manifests
+    assert Run(run).steps() == [0, 2, 4]
+    Run(run).load(4)
+    w = run/'checkpoints'/'step4'/'optimizer.safetensors'
+    w.write_bytes(w.read_bytes()[:-100])
+    assert Run(run).steps() == [0, 2]
+    assert 'optimizer.safetensors is cut short' in Run(run).damaged()[4]
+
+
+def test_a_changed_byte_is_found_by_the_full_check(tmp_path, reference):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    w = run/'checkpoints'/'step2'/'model.safetensors'
+    b = bytearray(w.read_bytes()); b[-1] ^= 0xFF; w.write_bytes(bytes(b))
+    assert checkpoint_problem(w.parent) is None                         # sizes and headers are fine
+    with pytest.raises(NlEmbryoError, match='model.safetensors changed after it was written'): P.verify_checkpoint(w.parent)
+
+
+def test_interrupted_save_folders_are_removed_on_resume(tmp_path, reference):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    junk = run/'checkpoints'/'.step6.tmp-0123abcd'; junk.mkdir(); (junk/'model.safetensors').write_bytes(b'half')
+    train(run, steps=6, checkpoints='0,2,4,6', resume=True)
+    assert not junk.exists() and list(list_checkpoints(run)) == [0, 2, 4, 6]
+
+
+# --- 2. --resume with another learning rate, clipping or schedule ----------------------------------------------------
+
+def test_nan_advice_works_resume_with_a_lower_lr(tmp_path, small_corpus, monkeypatch):
+    calls = {'n': 0}
+    real = P.OBJECTIVES['mlm']
+    def poisoned(*a, **k):
+        out = real(*a, **k); calls['n'] += 1
+        if calls['n'] == 4: out['loss'] = out['loss'] * float('nan')
+        return out
+    monkeypatch.setitem(P.OBJECTIVES, 'mlm', poisoned)
+    run = tmp_path/'run'
+    with pytest.raises(NlEmbryoError, match=r'loss became nan at step 4.*last good checkpoint is step2') as e:
+        train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0)
+    assert 'lower --lr' in e.value.fix and '--resume' in e.value.fix
+    monkeypatch.setitem(P.OBJECTIVES, 'mlm', real)
+    train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0, lr=1e-3, max_grad_norm=0.5, schedule='cosine', resume=True)
+    info = json.loads((run/'config.json').read_text())
+    assert info['history'] == [dict(from_step=0, lr=2e-3, schedule='triangle', warmup=0.5, max_grad_norm=1.0),
+                               dict(from_step=2, lr=1e-3, schedule='cosine', warmup=0.5, max_grad_norm=0.5)]
+    m = [json.loads(l) for l in (run/'metrics.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in m] == list(range(7))
+    assert m[3]['lr'] == pytest.approx(1e-3 * P.lr_at(2, 6, 3, 'cosine'))       # step 3 trained with the new segment
+    assert list(list_checkpoints(run)) == [0, 2, 4, 6]
+
+
+def test_resume_refuses_data_model_and_batch_changes(tmp_path, reference):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    for bad, said in [(dict(batch_size=16), 'batch_size (8 -> 16)'), (dict(seed=1), 'seed (0 -> 1)'), (dict(preset='tiny'), "preset ('mini' -> 'tiny')")]:
+        with pytest.raises(NlEmbryoError, match=r'--resume cannot change') as e: train(run, steps=6, resume=True, **bad)
+        assert said in str(e.value) and '--lr' in e.value.fix
+    assert list(list_checkpoints(run)) == [0, 2, 4]
+
+
+# --- 3. a full disk ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('error', [lambda: OSError(errno.ENOSPC, 'No space left on device'),
+                                   lambda: __import__('safetensors').SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')])
+def test_full_disk_during_a_save_is_one_clear_message(tmp_path, small_corpus, monkeypatch, error):
+    import safetensors.torch as st
+    real = st.save_file
+    def full(tensors, filename, *a, **k):
+        if '.step4.' in str(filename): raise error()
+        return real(tensors, filename, *a, **k)
+    monkeypatch.setattr(st, 'save_file', full)
+    run = tmp_path/'run'
+    with pytest.raises(NlEmbryoError, match='the disk is full: checkpoint step4') as e: train(run, steps=4)
+    assert '--resume' in e.value.fix
+    assert list(list_checkpoints(run)) == [0, 2]                         # the earlier checkpoints are intact
+    assert not [p for p in (run/'checkpoints').iterdir() if p.name.startswith('.')]     # the partial folder is gone
+
+
+# --- 5. safetensors only ----------------------------------------------------------------------------------------------
+
+class _WritesAFile:
+    "Unpickling this writes a file."
+    def __init__(self, path): self.path = str(path)
+    def __reduce__(self): return (exec, (f"open({self.path!r}, 'w').write('pwned')",))
+
+
+def test_pickled_weights_are_refused_without_unpickling(tmp_path, reference):
+    from nl_embryo.models import load_model, convert_to_safetensors
+    from nl_embryo.timeline import Run
+    folder = tmp_path/'model'; shutil.copytree(reference/'checkpoints'/'step4', folder)
+    (folder/'model.safetensors').unlink()
+    marker = tmp_path/'pwned'
+    torch.save({'w': _WritesAFile(marker)}, folder/'pytorch_model.bin')
+    with pytest.raises(NlEmbryoError, match='no safetensors weights') as e: load_model(folder)
+    assert 'convert_to_safetensors' in e.value.fix
+    with pytest.raises(NlEmbryoError, match='no safetensors weights'): Run(folder).load()
+    with pytest.raises(NlEmbryoError, match=r'the pickle names \S*exec'): convert_to_safetensors(folder)
+    assert not marker.exists() and not (folder/'model.safetensors').exists()
+
+
+def test_a_trusted_state_dict_converts_and_loads(tmp_path, reference):
+    from nl_embryo.models import load_model, convert_to_safetensors
+    folder = tmp_path/'model'; shutil.copytree(reference/'checkpoints'/'step4', folder)
+    sd = load_file(str(folder/'model.safetensors')); (folder/'model.safetensors').unlink()
+    torch.save(sd, folder/'pytorch_model.bin')
+    convert_to_safetensors(folder)
+    m = load_model(folder)
+    for k, v in sd.items(): assert torch.equal(m.state_dict()[k], v), k
+
+
+# --- 6. bad input named before anything is written ------------------------------------------------------------------
+
+def cli(capsys, *args):
+    from nl_embryo.cli import main
+    rc = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    return rc, err
+
+
+@pytest.mark.parametrize('flags, said', [(['--lr', 'nan'], '--lr nan is not a learning rate'), (['--lr', '-1'], '--lr -1.0 is not a learning rate'),
+                                         (['--batch-size', '0'], '--batch-size 0 must be at least 1'),
+                                         (['--max-grad-norm', 'nan'], '--max-grad-norm nan')])
+def test_bad_pretrain_numbers_are_named_before_anything_is_written(tmp_path, capsys, flags, said):
+    rc, err = cli(capsys, 'pretrain', '--preset', 'mini', '--corpus', 'nested-zipf', '--out', tmp_path/'run', *flags)
+    assert rc == 2 and said in err and 'fix:' in err and 'Traceback' not in err
+    assert not (tmp_path/'run').exists()
+
+
+def test_out_pointing_to_a_file(tmp_path, capsys):
+    (tmp_path/'notes.txt').write_text('mine')
+    rc, err = cli(capsys, 'pretrain', '--preset', 'mini', '--out', tmp_path/'notes.txt')
+    assert rc == 2 and 'is a file, not a folder' in err
+    assert (tmp_path/'notes.txt').read_text() == 'mine'
+
+
+def test_analyze_bad_steps(tmp_path, capsys, reference):
+    rc, err = cli(capsys, 'analyze', reference, '--steps', '0,abc')
+    assert rc == 2 and "--steps '0,abc' is not a list of step numbers" in err and 'fix:' in err
+    rc, err = cli(capsys, 'analyze', reference, '--steps', '0,3')
+    assert rc == 2 and 'no checkpoint at step 3' in err
