@@ -268,3 +268,58 @@ def test_full_check_tells_a_touched_file_from_a_changed_one(toy_source):
     assert source_changes('toy', full=True) == ["toy/a.txt changed (its sha256 differs from the fetched file's)"]
     a.unlink()
     assert source_changes('toy') == ['toy/a.txt is missing']
+
+
+# --- 6. task files ---------------------------------------------------------------------------------------------------
+
+def test_a_task_file_with_too_few_rows_names_the_minimum(tmp_path):
+    from nl_embryo.tasks import task_from_file, MIN_TASK_ROWS
+    pd.DataFrame({'text': ['good film', 'bad film'], 'label': [1, 0]}).to_csv(tmp_path/'two.csv', index=False)
+    with pytest.raises(NlEmbryoError, match=r'2 usable row\(s\), split 2 train / 0 dev / 0 test: the dev and test split\(s\) would be empty') as e:
+        task_from_file(tmp_path/'two.csv')
+    assert f'at least {MIN_TASK_ROWS} rows' in e.value.fix
+    pd.DataFrame({'text': [f't{i}' for i in range(MIN_TASK_ROWS)], 'label': [0, 1] * (MIN_TASK_ROWS // 2)}).to_csv(tmp_path/'ten.csv', index=False)
+    assert min(task_from_file(tmp_path/'ten.csv').sizes.values()) >= 1
+
+
+def test_a_non_utf8_task_file_says_save_it_as_utf8(tmp_path):
+    from nl_embryo.tasks import task_from_file
+    (tmp_path/'latin.csv').write_bytes('text,label\ncaf\xe9 cr\xe8me,1\nna\xefve,0\n'.encode('latin-1'))
+    with pytest.raises(NlEmbryoError, match='is not UTF-8 text') as e: task_from_file(tmp_path/'latin.csv')
+    assert 'save it as UTF-8' in e.value.fix
+
+
+# --- 6. sweep grids ----------------------------------------------------------------------------------------------------
+
+TOY = Path(__file__).parent/'fixtures'/'sweep_toy.ipynb'
+EMBRYOLOGY = Path(__file__).parent.parent/'nbs'/'experiments'/'embryology.ipynb'
+
+
+@pytest.mark.parametrize('grid, said', [({'x': ['one']}, "grid parameter x: 'one' is a string, but toy.ipynb's parameters cell sets x = 1 (a whole number)"),
+                                        ({'fail': [1]}, "fail: 1 is a whole number, but toy.ipynb's parameters cell sets fail = False (a boolean)"),
+                                        ({'y': [2]}, "y: 2 is a whole number, but toy.ipynb's parameters cell sets y = 'a' (a string)")])
+def test_a_grid_value_of_the_wrong_type_stops_before_any_job(tmp_path, grid, said):
+    from nl_embryo.batch import sweep
+    toy = Path(shutil.copy(TOY, tmp_path/'toy.ipynb'))
+    with pytest.raises(NlEmbryoError) as e: sweep(toy, grid, tmp_path/'out', quiet=True)
+    assert said in str(e.value) and 'quote a value meant as text' in e.value.fix
+    assert not (tmp_path/'out').exists()
+
+
+def test_a_grid_that_turns_every_analysis_off_stops_before_any_job(tmp_path):
+    from nl_embryo.batch import sweep, load_grid
+    grid = load_grid("seed: [0, 1]\nprobe_tasks: [[]]\nattention_sentences: 0\nfinetune_tasks: [[]]\n")
+    with pytest.raises(NlEmbryoError, match=r'job .*every analysis is off') as e: sweep(EMBRYOLOGY, grid, tmp_path/'out', quiet=True)
+    assert 'turn at least one on' in e.value.fix and not (tmp_path/'out').exists()
+    with pytest.raises(NlEmbryoError, match="seed: 'one' is a string"): sweep(EMBRYOLOGY, {'seed': ['one']}, tmp_path/'out', quiet=True)
+
+
+def test_results_carry_status_and_error(tmp_path):
+    from nl_embryo.batch import sweep
+    toy = Path(shutil.copy(TOY, tmp_path/'toy.ipynb'))
+    res = sweep(toy, {'jobs': [{'x': 2}, {'x': 4, 'fail': True}]}, tmp_path/'out', workers=1, quiet=True)
+    df = pd.read_parquet(tmp_path/'out'/'results.parquet')
+    assert {'status', 'error'} <= set(df.columns)
+    failed = df[df['status'] == 'failed']
+    assert len(failed) == 1 and 'asked to fail (x=4)' in failed['error'].iloc[0]
+    assert df.loc[df['status'] == 'done', 'error'].isna().all() and not res.ok
