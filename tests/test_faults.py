@@ -323,3 +323,33 @@ def test_results_carry_status_and_error(tmp_path):
     failed = df[df['status'] == 'failed']
     assert len(failed) == 1 and 'asked to fail (x=4)' in failed['error'].iloc[0]
     assert df.loc[df['status'] == 'done', 'error'].isna().all() and not res.ok
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    "A tmpfs of 40 MB (one checkpoint of the mini model fits, two do not); skipped where mounting is not permitted."
+    import subprocess
+    d = tmp_path/'disk'; d.mkdir()
+    r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=40m', 'tmpfs', str(d)], capture_output=True, text=True)
+    if r.returncode != 0: pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); the monkeypatched full-disk tests stand in")
+    try: yield d
+    finally: subprocess.run(['umount', str(d)], check=False)
+
+
+def test_a_real_full_disk(small_disk, small_corpus):
+    run = small_disk/'run'
+    with pytest.raises(NlEmbryoError, match=r'the disk is full: (checkpoint step\d+|the metrics)') as e: train(run, steps=4)
+    assert '--resume' in e.value.fix
+    good = list(list_checkpoints(run))
+    assert good and good[0] == 0 and all(checkpoint_problem(run/'checkpoints'/f'step{s}', full=True) is None for s in good)
+    assert not [p for p in (run/'checkpoints').iterdir() if p.name.startswith('.')]     # the partial folder is gone
+
+
+def test_metrics_are_rewritten_atomically_on_resume(tmp_path, reference, monkeypatch):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    written = []
+    real = P.atomic_write_text
+    monkeypatch.setattr(P, 'atomic_write_text', lambda path, text: written.append(Path(path).name) or real(path, text))
+    train(run, steps=6, checkpoints='0,2,4,6', resume=True)
+    assert 'metrics.jsonl' in written
+    assert [json.loads(l)['step'] for l in (run/'metrics.jsonl').read_text().splitlines()] == list(range(7))
