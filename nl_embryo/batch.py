@@ -15,9 +15,10 @@ from tqdm.auto import tqdm
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, atomic_write_text, project_root
 
 # %% auto #0
-__all__ = ['RESERVED', 'load_grid', 'Job', 'job_id', 'expand_grid', 'experiment_fingerprint', 'notebook_parameters', 'check_grid',
-           'job_state', 'run_job', 'detect_gpus', 'worker_slots', 'SweepResult', 'sweep', 'collect', 'format_summary',
-           'write_slurm', 'run_job_index', 'add_sweep_parser']
+__all__ = ['RESERVED', 'load_grid', 'Job', 'job_id', 'expand_grid', 'experiment_fingerprint', 'notebook_parameters',
+           'check_types', 'notebook_checks', 'run_checks', 'check_grid', 'job_state', 'run_job', 'detect_gpus',
+           'worker_slots', 'SweepResult', 'sweep', 'collect', 'format_summary', 'write_slurm', 'run_job_index',
+           'add_sweep_parser']
 
 # %% ../nbs/14_batch.ipynb #6ebeecd9
 class _GridLoader(yaml.SafeLoader):
@@ -142,8 +143,54 @@ def _literal(src):
     try: return ast.literal_eval(src)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return None
 
+def _kind(v) -> str:
+    return 'a boolean' if isinstance(v, bool) else 'a whole number' if isinstance(v, int) else 'a number' if isinstance(v, float) else \
+           'a string' if isinstance(v, str) else 'a list' if isinstance(v, list) else 'a mapping' if isinstance(v, dict) else type(v).__name__
+
+def _fits(v, default) -> bool:
+    "Whether grid value `v` has the type of the parameters cell's `default` (None on either side fits anything; an int fits a float)."
+    if v is None or default is None: return True
+    if isinstance(default, bool): return isinstance(v, bool)
+    if isinstance(default, int): return isinstance(v, int) and not isinstance(v, bool)
+    if isinstance(default, float): return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if isinstance(default, str): return isinstance(v, str)
+    if isinstance(default, (list, tuple)): return isinstance(v, (list, str))      # a name such as 'all' may stand for a list
+    if isinstance(default, dict): return isinstance(v, (dict, str))
+    return True
+
+def check_types(jobs: list[Job], params: dict, notebook) -> None:
+    "Raise `NlEmbryoError` when a grid value's type differs from the default's in the notebook's parameters cell (e.g. `seed: one` for `seed = 0`)."
+    for job in jobs:
+        for k, v in job.params.items():
+            if k not in params: continue
+            src = params[k]['default']; default = _literal(src)
+            if not _fits(v, default):
+                raise NlEmbryoError(f"grid parameter {k}: {v!r} is {_kind(v)}, but {Path(notebook).name}'s parameters cell sets {k} = {src} ({_kind(default)})",
+                                    f"give {k} {_kind(default)} (e.g. {k}: {json.dumps(default) if not isinstance(default, tuple) else list(default)}); "
+                                    "in YAML quote a value meant as text and leave numbers and true/false unquoted")
+
+def notebook_checks(notebook) -> str:
+    "The source of an experiment notebook's cells tagged `checks`: plain checks of the parameters (no work, no writes)."
+    return '\n'.join(_source(c) for c in _read_notebook(notebook)['cells']
+                     if c.get('cell_type') == 'code' and 'checks' in (c.get('metadata', {}).get('tags') or []))
+
+def run_checks(jobs: list[Job], params: dict, notebook) -> None:
+    """Run the notebook's `checks` cells for every job, with the parameters cell's defaults and the job's values, before
+    any job starts: a bad combination (say every analysis turned off) stops the sweep with the notebook's own message."""
+    src = notebook_checks(notebook)
+    if not src: return
+    code = compile(src, f"{Path(notebook).name} (cells tagged checks)", 'exec')
+    defaults = {k: _literal(v['default']) for k, v in params.items()}
+    for job in jobs:
+        try: exec(code, dict(defaults, **job.params, __name__='__checks__'))
+        except NlEmbryoError as e: raise NlEmbryoError(f"job {job.name}: {e.problem}", e.fix) from None
+        except Exception as e:
+            raise NlEmbryoError(f"job {job.name}: the checks of {Path(notebook).name} fail: {type(e).__name__}: {e}",
+                                "correct the grid values it names (see the notebook's parameters cell for their meaning)") from None
+
 def check_grid(jobs: list[Job], params: dict, notebook) -> None:
-    "Raise `NlEmbryoError` when a job names a parameter the notebook does not have, sets `out_dir`, or the notebook has no `out_dir`."
+    """Raise `NlEmbryoError` when a job names a parameter the notebook does not have, sets `out_dir`, or the notebook has no
+    `out_dir`; when a value's type differs from the parameters cell's default; or when the notebook's `checks` cells refuse a job."""
     if 'out_dir' not in params:
         raise NlEmbryoError(f"{notebook} has no `out_dir` parameter: the sweep cannot tell it where to write its results",
                             "add `out_dir = '.'` to its parameters cell and write results.parquet (a tidy table) into out_dir")
@@ -155,6 +202,8 @@ def check_grid(jobs: list[Job], params: dict, notebook) -> None:
         hints = [f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, params, n=1)) else repr(u) for u in unknown]
         raise NlEmbryoError(f"the grid names parameter(s) {', '.join(hints)} that {Path(notebook).name} does not have",
                             f"use its parameters: {', '.join(p for p in params if p not in RESERVED)} (or add the new one to its parameters cell)")
+    check_types(jobs, params, notebook)
+    run_checks(jobs, params, notebook)
 
 def _check_kernel(kernel: str):
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
@@ -449,9 +498,9 @@ def collect(out, jobs=None, calls: dict | None = None, wall_seconds: float | Non
     for j in manifest:
         d = out/'jobs'/j['id']; st = _read_json(d/'status.json'); state = job_state(d)
         params = {k: j['params'].get(k, defaults.get(k)) for k in pnames}
-        head = dict(job_id=j['id'], job=j['name'], status=state)
+        head = dict(job_id=j['id'], job=j['name'], status=state, error=st.get('error') if state == 'failed' else None)
         rows.append(dict(index=j['index'], **head, call=(calls or {}).get(j['id'], ''), seconds=st.get('seconds') if state != 'pending' else None,
-                         error=st.get('error') if state == 'failed' else None, host=st.get('host'), gpus=st.get('cuda_visible_devices'), **params))
+                         host=st.get('host'), gpus=st.get('cuda_visible_devices'), **params))
         df = pd.read_parquet(d/'results.parquet').reset_index(drop=True) if state == 'done' else pd.DataFrame(index=[0])
         if df.empty: df = pd.DataFrame(index=[0], columns=df.columns)    # a job without rows still shows in the table
         clash = [k for k in list(head) + pnames if k in df.columns]
@@ -460,7 +509,8 @@ def collect(out, jobs=None, calls: dict | None = None, wall_seconds: float | Non
             if len(same) < len(clash): print(f"note: job {j['id']}'s results have column(s) {[k for k in clash if k not in same]} that the sweep sets; the sweep's values are kept")
             df = df.drop(columns=clash)
         frames.append(pd.concat([pd.DataFrame({**head, **{k: [params[k]] * len(df) for k in pnames}}, index=df.index), df], axis=1))
-    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['job_id', 'job', 'status', *pnames])
+    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['job_id', 'job', 'status', 'error', *pnames])
+    results['error'] = results['error'].astype('string')         # a column of text even when no job failed
     results = _parquet_safe(results, pnames)
     buf = io.BytesIO(); results.to_parquet(buf, index=False); atomic_write_bytes(out/'results.parquet', buf.getvalue())
     table = pd.DataFrame(rows, columns=['index', 'job_id', 'job', 'status', 'call', 'seconds', 'error', 'host', 'gpus', *pnames])

@@ -19,6 +19,14 @@ def _data_fetch(args):
     paths = fetch(args.names or None, force=args.force)
     print(f"{len(paths)} source(s) ready in {time.perf_counter() - t0:.1f} s")
 
+def _data_verify(args):
+    from nl_embryo.data import verify_data
+    df = verify_data(args.names or None)
+    print(df.to_string(index=False, max_colwidth=100) if len(df) else 'no fetched data source to verify')
+    if len(bad := df[df['status'] == 'changed']):
+        raise NlEmbryoError(f"{len(bad)} data source(s) changed since they were fetched: {', '.join(bad['name'])}",
+                            'fetch them again: ' + '; '.join(f"`nl-embryo data fetch {n} --force`" for n in bad['name']))
+
 def _data_list(args):
     from nl_embryo.data import data_status
     df = data_status()
@@ -145,7 +153,9 @@ def make_parser() -> argparse.ArgumentParser:
     f = data.add_parser('fetch', help='fetch registered data into the cache (checksummed); no names: the default set')
     f.add_argument('names', nargs='*', metavar='NAME'); f.add_argument('--force', action='store_true', help='fetch again even if cached')
     f.set_defaults(func=_data_fetch)
-    data.add_parser('list', help='what is registered, fetched or missing').set_defaults(func=_data_list)
+    data.add_parser('list', help='what is registered, fetched, changed or missing').set_defaults(func=_data_list)
+    v = data.add_parser('verify', help='compare every fetched file with the sha256 recorded at fetch; no names: every fetched source')
+    v.add_argument('names', nargs='*', metavar='NAME'); v.set_defaults(func=_data_verify)
 
     corpus = sub.add_parser('corpus', help='the named corpora').add_subparsers(dest='corpus_command', metavar='ACTION')
     corpus.required = True

