@@ -110,7 +110,7 @@ def _children(pid: int) -> list[int]:
 def jupyterlab(tmp_path, tables):
     "A JupyterLab server on a free 127.0.0.1 port, token-protected, serving a copy of the explorer notebook whose run is `tables`."
     scores, maps = tables
-    run = tmp_path/'run'; (run/'analysis').mkdir(parents=True)
+    run = tmp_path/'run'; (run/'analysis').mkdir(parents=True); (run/'checkpoints').mkdir()   # a run folder: tables kept, weights not
     scores.to_parquet(run/'analysis'/'attention.parquet'); maps.to_parquet(run/'analysis'/'attention_maps.parquet')
     lab = tmp_path/'lab'; lab.mkdir()
     shutil.copy(EXPLORER_NB, lab/'explorer.ipynb')
