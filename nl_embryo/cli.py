@@ -114,9 +114,9 @@ def _pretrain_choices() -> dict:
     "The values a pretrain option accepts, where they are a fixed set."
     from nl_embryo.corpora import CORPORA
     from nl_embryo.models import NORMS, PRESETS
-    from nl_embryo.pretrain import ARCHS, OBJECTIVES, OUTPUT_BIASES, RECIPES, SCHEDULES
+    from nl_embryo.pretrain import ARCHS, OBJECTIVES, OUTPUT_BIASES, PRECISIONS, RECIPES, SCHEDULES
     return dict(arch=ARCHS, preset=tuple(PRESETS), corpus=tuple(CORPORA), objective=tuple(OBJECTIVES), recipe=tuple(RECIPES),
-                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=('auto', 'fp32', 'bf16'))
+                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=PRECISIONS)
 
 def _add_pretrain(sub):
     "`nl-embryo pretrain`: one flag per field of `PretrainConfig` (underscores become dashes), with its help line and choices."

@@ -115,12 +115,10 @@ DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
 
 def demo_checks(run) -> pd.DataFrame:
     "The demo's three checks on the last checkpoint of `run`: a frame (check, value, bar, passed, detail)."
-    from nl_embryo.timeline import as_run
+    from nl_embryo.timeline import _eval_rows, as_run, unigram_entropy_of
     run = as_run(run)
     rows = []
-    ev = run.metrics()
-    ev = ev.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in ev else ev.iloc[0:0]
-    h = run.config.get('unigram_entropy')
+    ev, h = _eval_rows(run), unigram_entropy_of(run)          # what Run.phases reads for the plateau exit
     if ev.empty or h is None:
         rows.append(dict(check='left the unigram plateau', value=np.nan, bar=DEMO_BARS['below_unigram'], passed=None, detail='no eval rows or no unigram entropy'))
     else:

@@ -20,11 +20,11 @@ from .models import mlm_head, load_model, quiet_transformers
 
 # %% auto #0
 __all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_SPLIT', 'OBJECTIVES', 'SCHEDULES', 'ARCHS',
-           'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'RECIPES', 'RECIPE_FIELDS', 'CHECKPOINT_RE', 'CHECKPOINT_MANIFEST',
-           'DAMAGED_FIX', 'PLATEAU_MARGIN', 'step_generator', 'parse_mask_split', 'mask_tokens', 'word_start_table',
-           'masked_lm_logits', 'mlm_objective', 'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits',
-           'script_objective', 'linear_logsumexp', 'script_log_z', 'Lamb', 'make_optimizer', 'lr_at',
-           'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
+           'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'CHECKPOINT_RE',
+           'CHECKPOINT_MANIFEST', 'DAMAGED_FIX', 'PLATEAU_MARGIN', 'step_generator', 'parse_mask_split', 'mask_tokens',
+           'word_start_table', 'masked_lm_logits', 'mlm_objective', 'sample_replacements', 'electra_objective',
+           'corrupt', 'rtd_logits', 'script_objective', 'linear_logsumexp', 'script_log_z', 'Lamb', 'make_optimizer',
+           'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
            'optimizer_to_safetensors', 'optimizer_from_safetensors', 'safetensors_problem', 'checkpoint_problem',
            'checkpoint_is_complete', 'list_checkpoints', 'damaged_checkpoints', 'remove_interrupted_saves',
            'verify_checkpoint', 'disk_full_error', 'load_trained_model', 'save_checkpoint', 'unigram_log_probs',
@@ -252,6 +252,7 @@ def checkpoint_steps(spec: str, total: int) -> list[int]:
 ARCHS = ('bert', 'roberta', 'albert', 'electra', 'ale', 'script')
 DEFAULT_OBJECTIVE = {'bert': 'mlm', 'roberta': 'mlm', 'albert': 'mlm', 'electra': 'electra', 'ale': 'electra', 'script': 'script'}
 OUTPUT_BIASES = ('zero', 'unigram')
+PRECISIONS = ('auto', 'fp32', 'bf16')   # auto: bf16 autocast on CUDA, fp32 elsewhere
 
 @dataclass(frozen=True)
 class Recipe:
@@ -358,7 +359,7 @@ class PretrainConfig:
         if self.batch_size % self.grad_accum: raise NlEmbryoError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}", "choose values that divide")
         if not 0 <= self.batch_ramp < 1: raise NlEmbryoError(f"batch_ramp={self.batch_ramp} must lie in [0, 1)", "use a fraction of the steps, e.g. 0.2, or 0 for no ramp")
         if self.eval_every < 0: raise NlEmbryoError(f"eval_every={self.eval_every} must be 0 or more", "use 0 to evaluate at the checkpoints only")
-        if self.precision not in ('auto', 'fp32', 'bf16'): raise NlEmbryoError(f"unknown precision {self.precision!r}", "use auto, fp32 or bf16")
+        if self.precision not in PRECISIONS: raise NlEmbryoError(f"unknown precision {self.precision!r}", f"use {', '.join(PRECISIONS)}")
         checkpoint_steps(self.checkpoints, self.steps)
         return dataclasses.replace(self, objective=obj, recipe=name, **filled)
 

@@ -12,6 +12,17 @@ def nl_embryo_cmd(*args):
     return [str(BIN/'nl-embryo'), *map(str, args)]
 
 
+def poison_mlm_loss(monkeypatch, at_call: int) -> None:
+    "Make the MLM objective's loss NaN at its `at_call`-th call: a diverging step, injected."
+    import nl_embryo.pretrain as P
+    calls, real = {'n': 0}, P.OBJECTIVES['mlm']
+    def poisoned(*a, **k):
+        out = real(*a, **k); calls['n'] += 1
+        if calls['n'] == at_call: out['loss'] = out['loss'] * float('nan')
+        return out
+    monkeypatch.setitem(P.OBJECTIVES, 'mlm', poisoned)
+
+
 @pytest.fixture(scope='session')
 def small_corpus():
     "A small nested-zipf corpus in the English id space (built once per cache)."

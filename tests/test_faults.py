@@ -3,12 +3,12 @@ weights, fetched data that changed, and bad input named before anything is writt
 import errno, json, os, shutil, warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import poison_mlm_loss
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.pretrain import PretrainConfig, pretrain, list_checkpoints, checkpoint_problem, CHECKPOINT_MANIFEST
 import nl_embryo.pretrain as P
@@ -110,18 +110,12 @@ def test_interrupted_save_folders_are_removed_on_resume(tmp_path, reference):
 # --- 2. --resume with another learning rate, clipping or schedule ----------------------------------------------------
 
 def test_nan_advice_works_resume_with_a_lower_lr(tmp_path, small_corpus, monkeypatch):
-    calls = {'n': 0}
-    real = P.OBJECTIVES['mlm']
-    def poisoned(*a, **k):
-        out = real(*a, **k); calls['n'] += 1
-        if calls['n'] == 4: out['loss'] = out['loss'] * float('nan')
-        return out
-    monkeypatch.setitem(P.OBJECTIVES, 'mlm', poisoned)
+    poison_mlm_loss(monkeypatch, at_call=4)
     run = tmp_path/'run'
     with pytest.raises(NlEmbryoError, match=r'loss became nan at step 4.*last good checkpoint is step2') as e:
         train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0)
     assert 'lower --lr' in e.value.fix and '--resume' in e.value.fix
-    monkeypatch.setitem(P.OBJECTIVES, 'mlm', real)
+    monkeypatch.undo()                                           # the cause of the NaN is gone
     train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0, lr=1e-3, max_grad_norm=0.5, schedule='cosine', resume=True)
     info = json.loads((run/'config.json').read_text())
     assert info['history'] == [dict(from_step=0, lr=2e-3, schedule='triangle', warmup=0.5, max_grad_norm=1.0),

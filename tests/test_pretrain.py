@@ -7,10 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import nl_embryo_cmd, BIN
+from conftest import nl_embryo_cmd, poison_mlm_loss, BIN
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.pretrain import PretrainConfig, pretrain, list_checkpoints
-import nl_embryo.pretrain as P
 
 TINY = dict(corpus='nested-zipf', block_size=32, corpus_tokens=40_000, batch_size=8, lr=2e-3, preset='tiny')
 CLI_TINY = ['--corpus', 'nested-zipf', '--block-size', 32, '--corpus-tokens', 40_000, '--batch-size', 8, '--lr', 2e-3, '--preset', 'tiny']
@@ -57,13 +56,7 @@ def test_half_written_checkpoint_is_skipped(tmp_path, small_corpus):
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, small_corpus, monkeypatch):
-    calls = {'n': 0}
-    real = P.OBJECTIVES['mlm']
-    def poisoned(*a, **k):
-        out = real(*a, **k); calls['n'] += 1
-        if calls['n'] == 5: out['loss'] = out['loss'] * float('nan')
-        return out
-    monkeypatch.setitem(P.OBJECTIVES, 'mlm', poisoned)
+    poison_mlm_loss(monkeypatch, at_call=5)
     with pytest.raises(NlEmbryoError, match=r'loss became nan at step 5.*last good checkpoint is step4'):
         pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=10, checkpoints='0,2,4,8', eval_batches=0, **TINY), quiet=True)
     assert list(list_checkpoints(tmp_path/'r')) == [0, 2, 4]
