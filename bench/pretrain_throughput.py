@@ -2,7 +2,7 @@
 
 Same model (the preset's architecture as its recipe builds it: pre-LN or post-LN, dropout), same packed data (the
 `english` corpus), same batch and sequence length, same masking rate (15%: both loops do the same work), same
-optimizer (AdamW) and precision. The Trainer gets `DataCollatorForLanguageModeling` (full logits); nl_embryo computes
+optimizer (AdamW) and precision (`--precision`: fp32 on a CPU by default, bf16 autocast for both with `--precision bf16`). The Trainer gets `DataCollatorForLanguageModeling` (full logits); nl_embryo computes
 the MLM output layer only at the masked positions, with torch's fused AdamW and one host sync per step.
 
 Each measurement runs in a fresh process (so one loop's threads, caches or global settings cannot slow the other),
@@ -22,18 +22,18 @@ import numpy as np
 import torch
 
 
-def our_step_time(preset, arch, steps, batch_size, block_size, out, compile=False):
+def our_step_time(preset, arch, steps, batch_size, block_size, out, compile=False, precision='fp32'):
     "Median seconds per optimizer step of nl_embryo's loop (after 3 warm-up steps), and the FLOPs per step it counts."
     from nl_embryo.pretrain import PretrainConfig, pretrain
     run = pretrain(PretrainConfig(out=str(out), arch=arch, preset=preset, corpus='english', steps=steps, batch_size=batch_size,
                                   block_size=block_size, checkpoints=f'0,{steps}', eval_batches=0, mask_prob=0.15,
-                                  compile=compile), quiet=True)
+                                  compile=compile, precision=precision), quiet=True)
     rows = [json.loads(l) for l in (run/'metrics.jsonl').read_text().splitlines()]
     times = [r['batch_size'] * block_size / r['tokens_per_s'] for r in rows if 'tokens_per_s' in r][3:]
     return statistics.median(times), rows[-1]['step_flops']
 
 
-def trainer_step_time(preset, steps, batch_size, block_size, out):
+def trainer_step_time(preset, steps, batch_size, block_size, out, precision='fp32'):
     "Median seconds per optimizer step of the Hugging Face Trainer on the same model and data (after 3 warm-up steps)."
     from transformers import Trainer, TrainingArguments, DataCollatorForLanguageModeling, TrainerCallback
     from nl_embryo.corpora import load_corpus
@@ -51,7 +51,7 @@ def trainer_step_time(preset, steps, batch_size, block_size, out):
         def on_step_end(self, *a, **k): times.append(time.perf_counter() - self.t)
     args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=batch_size, max_steps=steps, learning_rate=1e-3,
                              warmup_steps=max(1, steps // 10), save_strategy='no', report_to='none', logging_steps=10_000,
-                             dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available(),
+                             dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), bf16=precision == 'bf16',
                              disable_tqdm=True, optim='adamw_torch', max_grad_norm=1.0)
     collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
     Trainer(model=model, args=args, train_dataset=data, data_collator=collator, callbacks=[Clock()]).train()
@@ -62,8 +62,8 @@ def child(spec):
     "Run one measurement in this (fresh) process; print its result as JSON."
     torch.set_num_threads(spec['threads'])
     with tempfile.TemporaryDirectory() as d:
-        if spec['loop'] == 'trainer': t, flops = trainer_step_time(spec['preset'], spec['steps'], spec['batch'], spec['block'], Path(d))
-        else: t, flops = our_step_time(spec['preset'], spec['arch'], spec['steps'], spec['batch'], spec['block'], Path(d), spec.get('compile', False))
+        if spec['loop'] == 'trainer': t, flops = trainer_step_time(spec['preset'], spec['steps'], spec['batch'], spec['block'], Path(d), spec['precision'])
+        else: t, flops = our_step_time(spec['preset'], spec['arch'], spec['steps'], spec['batch'], spec['block'], Path(d), spec.get('compile', False), spec['precision'])
     print(json.dumps(dict(seconds=t, flops=flops)))
 
 
@@ -91,13 +91,15 @@ def main():
     ap.add_argument('--batch-size', type=int, default=32); ap.add_argument('--block-size', type=int, default=128)
     ap.add_argument('--objectives', default='electra,script', help='also time these against MLM (tiny preset); empty: skip')
     ap.add_argument('--compile', action='store_true', help='also time our loop with torch.compile')
+    ap.add_argument('--precision', choices=('fp32', 'bf16'), default='bf16' if torch.cuda.is_available() else 'fp32',
+                    help='both loops train in this precision (bf16: autocast; on a CPU only where it has AVX512-BF16 or AMX)')
     ap.add_argument('--child', help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child: return child(json.loads(a.child))
     dev = 'cuda' if torch.cuda.is_available() else 'cpu'
     print(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else f'{a.threads} threads'}), batch {a.batch_size} x "
-          f"{a.block_size} tokens, {a.steps} steps per measurement (median after the first 3), {a.rounds} interleaved rounds", flush=True)
-    common = dict(steps=a.steps, batch=a.batch_size, block=a.block_size, threads=a.threads)
+          f"{a.block_size} tokens, {a.precision} for both loops, {a.steps} steps per measurement (median after the first 3), {a.rounds} interleaved rounds", flush=True)
+    common = dict(steps=a.steps, batch=a.batch_size, block=a.block_size, threads=a.threads, precision=a.precision)
     tokens = a.batch_size * a.block_size
     for preset in a.presets.split(','):
         specs = dict(ours=dict(loop='ours', preset=preset, arch='bert', **common), trainer=dict(loop='trainer', preset=preset, **common))

@@ -12,7 +12,7 @@ import numpy as np
 # %% auto #0
 __all__ = ['NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes', 'atomic_write_text',
            'atomic_write_json', 'atomic_dir', 'is_disk_full', 'sha256_file', 'seed_everything', 'get_device',
-           'autocast_dtype', 'human_size', 'torch_threads']
+           'autocast_dtype', 'native_bf16', 'human_size', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -111,11 +111,22 @@ def get_device(device: str | None = None):
     return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 def autocast_dtype(device):
-    "bf16 on a CUDA device that supports it, else None (full precision)."
+    "bf16 on a CUDA device that supports it, else None (full precision): the precision of the analyses."
     import torch
     device = torch.device(device)
     if device.type == 'cuda' and torch.cuda.is_bf16_supported(): return torch.bfloat16
     return None
+
+def native_bf16(device) -> bool:
+    """Whether `device` computes bf16 matrix products in hardware: a CUDA GPU that supports bf16, or a CPU with
+    AVX512-BF16 or AMX tiles (oneDNN's bf16 kernels; on other CPUs bf16 is emulated and slower than float32)."""
+    import torch
+    device = torch.device(device)
+    if device.type == 'cuda': return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type != 'cpu': return False
+    cpu = getattr(torch, 'cpu', None)
+    probes = [getattr(cpu, n, None) for n in ('_is_avx512_bf16_supported', '_is_amx_tile_supported')]
+    return any(bool(f()) for f in probes if f is not None)
 
 def human_size(n: float) -> str:
     "Bytes as a short human-readable string."

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
-                            is_disk_full, sha256_file)
+                            is_disk_full, native_bf16, sha256_file)
 from .corpora import SPECIAL_TOKENS, CORPORA
 from .models import mlm_head, load_model, quiet_transformers
 
@@ -252,7 +252,7 @@ def checkpoint_steps(spec: str, total: int) -> list[int]:
 ARCHS = ('bert', 'roberta', 'albert', 'electra', 'ale', 'script')
 DEFAULT_OBJECTIVE = {'bert': 'mlm', 'roberta': 'mlm', 'albert': 'mlm', 'electra': 'electra', 'ale': 'electra', 'script': 'script'}
 OUTPUT_BIASES = ('zero', 'unigram')
-PRECISIONS = ('auto', 'fp32', 'bf16')   # auto: bf16 autocast on CUDA, fp32 elsewhere
+PRECISIONS = ('auto', 'fp32', 'bf16')   # auto: bf16 autocast where the hardware has bf16 (CUDA, CPUs with AVX512-BF16 or AMX), fp32 elsewhere
 
 @dataclass(frozen=True)
 class Recipe:
@@ -315,7 +315,7 @@ class PretrainConfig:
     eval_mask_prob: float = 0.15      # masking rate of the eval batches (fixed, so recipes with other rates compare)
     eval_seed: int = 0                # seeds the eval masks (fixed, so runs with other seeds are scored on the same positions)
     seed: int = 0                     # seeds the model, the data order, the masks and dropout
-    precision: str = 'auto'           # auto (bf16 autocast on CUDA) | fp32 | bf16
+    precision: str = 'auto'           # auto (bf16 autocast where the hardware has it: CUDA, CPUs with AVX512-BF16/AMX) | fp32 | bf16
     compile: bool = False             # torch.compile the model
     half_checkpoints: bool = False    # store checkpoint weights in bfloat16 (half the disk; resume is then not exact)
     device: str | None = None         # cpu | cuda | None (auto)
@@ -663,7 +663,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     cfg = dataclasses.replace(cfg or PretrainConfig(), **overrides).resolved()
     run = Path(cfg.out)
     device = get_device(cfg.device)
-    bf16 = cfg.precision == 'bf16' or (cfg.precision == 'auto' and device.type == 'cuda' and torch.cuda.is_bf16_supported())
+    bf16 = cfg.precision == 'bf16' or (cfg.precision == 'auto' and native_bf16(device))
     acc = Accelerator(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no')
     device = acc.device
     if device.type == 'cuda':
