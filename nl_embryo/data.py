@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_data.ipynb #5f21e8f9
 from __future__ import annotations
-import contextlib, fnmatch, functools, hashlib, io, json, os, platform, re, shutil, struct, subprocess, sys, sysconfig
+import contextlib, fnmatch, hashlib, io, json, os, platform, re, shutil, struct, subprocess, sys, sysconfig
 import tarfile, time, tokenize, tomllib, uuid, zipfile
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -676,8 +676,9 @@ def _passages(node, path=()):
     elif isinstance(node, list):
         for i, x in enumerate(node, 1): yield from _passages(x, path + (i,))
 
-@functools.lru_cache(maxsize=2)
-def _talmud(root: Path, works: tuple, vocalized: bool) -> pd.DataFrame:
+_TALMUD_READER_VERSION = 1
+
+def _read_talmud(root: Path, works: tuple, vocalized: bool) -> pd.DataFrame:
     tractates = pd.read_csv(root/'csv'/'tractates.csv', dtype=str)
     rows = []
     for work in works:
@@ -699,7 +700,16 @@ def load_talmud_sentences(works=TALMUD_WORKS, vocalized: bool = False) -> pd.Dat
     works = (works,) if isinstance(works, str) else tuple(works)
     if not works or any(w not in TALMUD_WORKS for w in works):
         raise NlEmbryoError(f"unknown Talmud work(s) in {works}", f"choose from: {', '.join(TALMUD_WORKS)}")
-    return _talmud(fetched_path('talmud')/'scriptures', works, bool(vocalized)).copy()   # checked on every call, read once
+    root = fetched_path('talmud')/'scriptures'
+    key = hashlib.sha256(json.dumps([_TALMUD_READER_VERSION, _read_stamp(_source('talmud'))['sha256'], works, bool(vocalized)]).encode())
+    cache = cache_path('derived', f"talmud-{key.hexdigest()[:16]}.parquet")
+    if cache.exists():
+        try: return pd.read_parquet(cache).astype({'work': 'category'})
+        except Exception: pass  # unreadable: read the source again
+    df = _read_talmud(root, works, bool(vocalized))
+    buf = io.BytesIO(); df.to_parquet(buf, index=False)
+    atomic_write_bytes(cache, buf.getvalue())
+    return df
 
 # %% ../nbs/01_data.ipynb #a02ff8d4
 _TEST_DIRS = {'test', 'tests', 'idle_test'}
