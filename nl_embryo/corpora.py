@@ -205,12 +205,10 @@ class CorpusSpec:
 def _registered_texts(*sources):
     "Texts of split-registry sources: the train split's sentences, or the evaluation sentences (`eval_sentences`)."
     def texts(split: str | None = 'train') -> list[str]:
-        from nl_embryo import data
-        from nl_embryo.splits import eval_sentences, take_split
-        loaders = dict(brown=data.load_brown_sentences, sotu=data.load_sotu_sentences, turkish=data.load_turkish_sentences)
+        from nl_embryo.splits import eval_sentences, sentence_loader, take_split
         out = []
         for src in sources:
-            frame = loaders[src]()
+            frame = sentence_loader(src)()
             frame = eval_sentences(frame, src) if split == 'eval' else take_split(frame, src, split)
             out += list(frame['text'])
         return out
@@ -246,6 +244,8 @@ CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
                _split_source(_registered_texts('sotu')), split_sources=('sotu',)),
     CorpusSpec('turkish', 'turkish', 'Turkish UD treebank sentences, train documents (SOV word order; ~3,900 sentences)',
                _split_source(_registered_texts('turkish')), split_sources=('turkish',)),
+    CorpusSpec('talmud', 'talmud', 'Babylonian and Jerusalem Talmuds, train tractates (Rabbinic Hebrew and Jewish Aramaic, ~2.2M words)',
+               _split_source(_registered_texts('talmud')), split_sources=('talmud',)),
     CorpusSpec('code', 'code', 'Python standard library source, comments removed', _text_source(_code)),
     CorpusSpec('protein', 'protein', 'protein sequences, one letter per amino acid', _text_source(_protein)),
     CorpusSpec('random', 'english', 'uniform random English token ids, sequences of 90-120', _artificial('iid', distribution='uniform'), True),
@@ -261,6 +261,7 @@ CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
 TOKENIZERS = {  # name -> (training texts: the train split only, kind, options)
     'english': (lambda: _english_texts('train'), 'wordpiece', dict(lowercase=True)),
     'turkish': (lambda: _registered_texts('turkish')('train'), 'wordpiece', dict(lowercase=False)),
+    'talmud': (lambda: _registered_texts('talmud')('train'), 'wordpiece', dict(lowercase=False)),
     'code': (_code, 'wordpiece', dict(lowercase=False)),
     'protein': (None, 'char', dict(alphabet='ACDEFGHIKLMNPQRSTUVWXYZ')),
 }
@@ -277,7 +278,7 @@ def tokenizer_dir(name: str, vocab_size: int = 8000) -> Path:
     return cache_path('tokenizers', name if TOKENIZERS[name][1] == 'char' else f"{name}-{vocab_size}-t{TOKENIZER_VERSION}")
 
 def get_tokenizer(name: str = 'english', vocab_size: int = 8000, force: bool = False):
-    "The trained tokenizer `name` (english, turkish, code, protein), trained on first use (on the train split) and cached in `cache/tokenizers/`."
+    "The trained tokenizer `name` (english, turkish, talmud, code, protein), trained on first use (on the train split) and cached in `cache/tokenizers/`."
     from transformers import AutoTokenizer
     _check_name(name, TOKENIZERS, 'tokenizer')
     texts_fn, kind, opts = TOKENIZERS[name]

