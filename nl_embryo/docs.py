@@ -500,7 +500,10 @@ def _site_scripts(page: str, root: str | None) -> str:
     "Point MathJax and the widgets embed script at the site's own copies under `root` (a relative prefix; `root=None`, a page outside a site, drops them), drop nbconvert's mermaid loader, add the search and chart scripts."
     mj = '' if root is None else (
         '<script>window.MathJax = {tex: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], processEscapes: true}, '
-        'options: {ignoreHtmlClass: "tex2jax_ignore", processHtmlClass: "tex2jax_process"}};</script>\n'
+        'options: {ignoreHtmlClass: "tex2jax_ignore", processHtmlClass: "tex2jax_process"}, '
+        # the widgets embed script typesets through MathJax 2's `MathJax.Hub.Queue`: MathJax 3 gets that name too
+        'startup: {ready: function () { MathJax.startup.defaultReady(); '
+        'MathJax.Hub = MathJax.Hub || {Queue: function () { return MathJax.typesetPromise(); }}; }}};</script>\n'
         f'<script src="{root}_static/mathjax/tex-chtml.js"></script>')
     page = re.sub(rf'<script src="{re.escape(_MATHJAX_SLOT)}">\s*</script>', lambda m: mj, page)
     page = re.sub(r'<script type="text/x-mathjax-config">.*?</script>', '', page, flags=re.S)   # MathJax 2's config: not read by MathJax 3

@@ -204,3 +204,27 @@ def test_attention_explorer_slider_works_on_the_docs_page(site, browser):
     assert hi > lo and after != before and rects > 100
     assert title_before.endswith('step 30') and title_after.endswith('step 0'), (title_before, title_after)
     assert blocked == failed == errors == []
+
+
+def test_saved_widget_state_renders_from_the_site(tmp_path, browser):
+    "A page with saved widget state draws its widgets with the ipywidgets embed script the site serves itself (not a CDN)."
+    import ipywidgets as W, nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    proj = tmp_path/'p'; (proj/'nbs').mkdir(parents=True)
+    shutil.copy2(ROOT/'settings.ini', proj/'settings.ini')
+    s = W.IntSlider(value=7, description='width')
+    nb = new_notebook(cells=[new_markdown_cell('# widgets\n\n> A page with a saved widget.'), new_code_cell('s', outputs=[new_output(
+        'display_data', data={'application/vnd.jupyter.widget-view+json': {'model_id': s.model_id, 'version_major': 2, 'version_minor': 0},
+                              'text/plain': 'IntSlider(value=7)'})])])
+    nb.metadata['widgets'] = {'application/vnd.jupyter.widget-state+json': W.Widget.get_manager_state(drop_defaults=False, widgets=[s])}
+    nbformat.write(nb, proj/'nbs'/'index.ipynb')
+    r = build_docs(root=proj, quiet=True, readme=False, use_quarto=False)
+    assert (r.out/'_static'/'widgets'/'embed.js').is_file()
+    p, blocked, failed, errors, console = _open(browser, (r.out/'index.html').as_uri())
+    try:
+        p.wait_for_selector('main .widget-slider', timeout=15_000)
+        text = p.inner_text('main')
+    finally:
+        p.close()
+    assert 'width' in text and '7' in text and 'IntSlider(' not in text
+    assert blocked == failed == errors == [] and [m for m in console if m[0] == 'error'] == [], (blocked, failed, errors, console)
