@@ -16,10 +16,10 @@ from .core import NlEmbryoError, atomic_dir, atomic_write_text, project_root
 # %% auto #0
 __all__ = ['SITE_ASSETS', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks', 'process_notebooks',
            'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'chart_output_to_svg',
-           'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs', 'plain_markdown',
-           'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html', 'nav_html', 'html_exporter', 'render_page',
-           'fix_notebook_links', 'check_links', 'search_entries', 'write_search_index', 'write_readme', 'DocsReport',
-           'build_docs', 'notebook_to_html']
+           'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs', 'add_methods_to_proc',
+           'plain_markdown', 'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html', 'nav_html',
+           'html_exporter', 'render_page', 'fix_notebook_links', 'check_links', 'search_entries', 'write_search_index',
+           'write_readme', 'DocsReport', 'build_docs', 'notebook_to_html']
 
 # %% ../nbs/16_docs.ipynb #2407bead
 def find_project(root=None) -> Path:
@@ -327,6 +327,23 @@ def add_method_docs(nb, syms: dict, page: str) -> int:
     nb.cells = cells
     return n
 
+# %% ../nbs/16_docs.ipynb #e144059c
+def add_methods_to_proc(proc: Path, rels, cfg) -> int:
+    "Add the method entries (`add_method_docs`) to the processed notebooks `rels` in `proc`, in place, before either renderer reads them; returns how many."
+    import nbformat
+    symbols, n = library_symbols(cfg), 0
+    if not symbols: return 0
+    lib_dir = str(Path(cfg.lib_path).parent)
+    sys.path.append(lib_dir)   # the methods are documented from the library itself (an importable one comes first)
+    try:
+        for rel in rels:
+            nb = _read_nb(proc/rel)
+            page = _page_name(rel, _frontmatter(_read_nb(proc/rel)))
+            if k := add_method_docs(nb, symbols, page):
+                nbformat.write(nb, proc/rel); n += k
+    finally: sys.path.remove(lib_dir)
+    return n
+
 # %% ../nbs/16_docs.ipynb #e28690fe
 _re_opt = re.compile(r'^\s*#\|\s*([\w-]+)\s*:\s*(.*?)\s*$')
 _re_attr_link = re.compile(r'\[([^\]\n]+)\]\(([^)\s]+)\)\{([^}\n]*)\}')
@@ -379,11 +396,10 @@ def _widget_outputs(c, state: dict) -> None:
         if data: keep.append(o)
     c.outputs = keep
 
-def prepare_notebook(nb, inline_svg: bool = True, symbols: dict | None = None, page: str = '') -> tuple[dict, int]:
-    "Ready a processed notebook for nbconvert, in place (see above), with the methods of its classes when nbdev's index `symbols` and its `page` are given; return its frontmatter and how many charts became SVG."
+def prepare_notebook(nb, inline_svg: bool = True) -> tuple[dict, int]:
+    "Ready a processed notebook for nbconvert, in place (see above); return its frontmatter and how many charts became SVG."
     from nbformat.v4 import new_markdown_cell
     fm, charts, cells = _frontmatter(nb), 0, []
-    if symbols: add_method_docs(nb, symbols, page or _page_name('x.ipynb', fm))
     state = nb.metadata.get('widgets', {}).get('application/vnd.jupyter.widget-state+json', {}).get('state') or {}
     for c in nb.cells:
         if c.cell_type == 'markdown': c.source = plain_markdown(c.source)
@@ -697,6 +713,7 @@ class DocsReport:
     errors: dict[str, list[str]] = field(default_factory=dict)    # notebook -> one line per error
     warnings: dict[str, list[str]] = field(default_factory=dict)  # notebook -> nbdev's warnings while processing
     charts: int = 0                                               # charts rendered to static SVG (or live, with a slider)
+    methods: int = 0                                              # method entries added to the pages (add_methods_to_proc)
     dead_links: list[str] = field(default_factory=list)           # `page: link` of each dead internal link (check_links)
     readme: Path | None = None
     seconds: float = 0.0
@@ -706,6 +723,7 @@ class DocsReport:
 
     def summary(self) -> str:
         extra = [f"{self.charts} chart(s) as SVG"] if self.charts else []
+        if self.methods: extra.append(f"{self.methods} method entries")
         if self.warnings: extra.append(f"{sum(map(len, self.warnings.values()))} nbdev warning(s) in .warnings")
         if self.readme: extra.append(f"{self.readme.name} regenerated")
         if self.dead_links: extra.append(f"{len(self.dead_links)} dead link(s) in .dead_links, first: {self.dead_links[0]}")
@@ -734,19 +752,11 @@ def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, e
     "The fallback: each processed notebook as a standalone html page with the shared sidebar; returns ({notebook: page}, charts)."
     from tqdm.auto import tqdm
     prepared, titles, html_of, charts = {}, {}, {}, 0
-    symbols = library_symbols(cfg)
-    lib_dir = str(Path(cfg.lib_path).parent)
-    sys.path.append(lib_dir)   # the methods are documented from the library itself (an importable one comes first)
-    try:
-        for rel in rels:
-            try:
-                nb = _read_nb(proc/rel)
-                fm = _frontmatter(_read_nb(proc/rel))
-                _, n = prepare_notebook(nb, symbols=symbols, page=_page_name(rel, fm))
-            except Exception as e: errors.setdefault(rel, []).append(f"could not be prepared for html: {_err_text(e)}"); continue
-            prepared[rel], titles[rel], html_of[rel] = nb, str(fm.get('title') or PurePosixPath(rel).stem), _page_name(rel, fm)
-            charts += n
-    finally: sys.path.remove(lib_dir)
+    for rel in rels:
+        try: nb = _read_nb(proc/rel); fm, n = prepare_notebook(nb)
+        except Exception as e: errors.setdefault(rel, []).append(f"could not be prepared for html: {_err_text(e)}"); continue
+        prepared[rel], titles[rel], html_of[rel] = nb, str(fm.get('title') or PurePosixPath(rel).stem), _page_name(rel, fm)
+        charts += n
     web = site.get('website') or {}
     sb = web.get('sidebar') if isinstance(web.get('sidebar'), dict) else {}
     nav = resolve_sidebar(sb.get('contents', ['index.ipynb', '*.ipynb']), list(prepared))
@@ -793,6 +803,7 @@ def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_
         for rel, e in failed.items(): errors.setdefault(rel, []).append(f"nbdev could not process it: {e}")
         ok = [rel for rel in nbs if rel not in failed and (proc/rel).exists()]
         site = write_site_config(site_config(cfg), proc, ok)
+        methods = add_methods_to_proc(proc, ok, cfg)
         with atomic_dir(out, overwrite=True) as tmp:
             if use_quarto:
                 _render_with_quarto(proc, tmp, site)
@@ -808,7 +819,7 @@ def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_
         if readme and (proc/cfg.readme_nb).exists():
             readme_path = write_readme(proc/cfg.readme_nb, Path(cfg.config_path)/'README.md')
     report = DocsReport(out=out, renderer='quarto' if use_quarto else 'nbconvert', pages=pages, errors=errors,
-                        warnings={k: v for k, v in warned.items()}, charts=charts, dead_links=dead, readme=readme_path, seconds=time.time() - t0)
+                        warnings={k: v for k, v in warned.items()}, charts=charts, methods=methods, dead_links=dead, readme=readme_path, seconds=time.time() - t0)
     if not quiet: print(report.summary())
     return report
 
