@@ -26,7 +26,7 @@ __all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_
            'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'pattern_emergence', 'grid_image',
            'attention_gif', 'strongest_head', 'attention_data', 'attention_split', 'attention_charts',
            'attention_files', 'attention_section', 'analyze_attention', 'load_attention', 'AttentionExplorer',
-           'sentence_attention', 'to_bertviz']
+           'step_slider_chart', 'sentence_attention', 'to_bertviz']
 
 # %% ../nbs/08_attention.ipynb #224a02fb
 PATTERNS = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm')
@@ -636,6 +636,31 @@ class AttentionExplorer:
     def _ipython_display_(self):
         from IPython.display import display
         display(self.widget)
+
+# %% ../nbs/08_attention.ipynb #1285aee5
+from fastcore.basics import patch
+
+# %% ../nbs/08_attention.ipynb #0bf7e459
+def step_slider_chart(maps: pd.DataFrame, layer: int, head: int, sentence: int = -1, size: int = 260):
+    "One head's map with a step slider (a Vega-Lite parameter `checkpoint` bound to a range input): all steps' maps in one chart, no kernel needed."
+    import altair as alt
+    d = maps[(maps['layer'] == layer) & (maps['head'] == head) & (maps['sentence'] == sentence)]
+    if d.empty: raise NlEmbryoError(f"no maps for layer {layer}, head {head}, sentence {sentence}", "choose a layer and head the maps hold (numbered from 1)")
+    steps = sorted(int(s) for s in d['step'].unique())
+    d = d[['step', 'query', 'key', 'value']].assign(checkpoint=d['step'].map({s: i for i, s in enumerate(steps)}).astype(int))
+    at = alt.param(name='checkpoint', value=len(steps) - 1, bind=alt.binding_range(min=0, max=len(steps) - 1, step=1, name='checkpoint '))
+    what = 'average over sentences' if sentence < 0 else f'sentence {sentence}'
+    title = alt.TitleParams(alt.ExprRef(f"{json.dumps(f'layer {layer}, head {head} ({what}), step ')} + {json.dumps(steps)}[checkpoint]"))
+    return alt.Chart(_data(d)).mark_rect().encode(
+        x=alt.X('key:O', axis=None), y=alt.Y('query:O', axis=None), color=_map_color(),
+        tooltip=['step:O', 'query:O', 'key:O', alt.Tooltip('value:Q', format='.3f')]
+    ).add_params(at).transform_filter('datum.checkpoint == checkpoint').properties(width=size, height=size, title=title)
+
+# %% ../nbs/08_attention.ipynb #4bb7967e
+@patch
+def step_chart(self: AttentionExplorer, size: int = 260):
+    "The explorer's current head (the layer's first in grid mode) and sentence as a `step_slider_chart`, for pages without a kernel."
+    return step_slider_chart(self.maps, self.layer.value, self.head.value or 1, sentence=self.sentence.value, size=size)
 
 # %% ../nbs/08_attention.ipynb #9ef83b74
 def sentence_attention(model, tokenizer, sentence: str, max_tokens: int = 128) -> dict:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_docs.ipynb #e790c7ff
 from __future__ import annotations
-import contextlib, html, json, os, re, shutil, subprocess, time, uuid, warnings
+import contextlib, html, json, os, posixpath, re, shutil, subprocess, sys, time, uuid, warnings
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -14,10 +14,12 @@ from pathlib import Path, PurePosixPath
 from .core import NlEmbryoError, atomic_dir, atomic_write_text, project_root
 
 # %% auto #0
-__all__ = ['find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks', 'process_notebooks', 'site_config',
-           'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'chart_output_to_svg', 'plain_markdown',
-           'prepare_notebook', 'nav_html', 'html_exporter', 'render_page', 'write_readme', 'DocsReport', 'build_docs',
-           'notebook_to_html']
+__all__ = ['SITE_ASSETS', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks', 'process_notebooks',
+           'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'chart_output_to_svg',
+           'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs', 'add_methods_to_proc',
+           'plain_markdown', 'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html', 'nav_html',
+           'html_exporter', 'render_page', 'fix_notebook_links', 'check_links', 'search_entries', 'write_search_index',
+           'write_readme', 'DocsReport', 'build_docs', 'notebook_to_html']
 
 # %% ../nbs/16_docs.ipynb #2407bead
 def find_project(root=None) -> Path:
@@ -228,8 +230,17 @@ def _unique_svg_ids(svg: str, prefix: str) -> str:
         svg = svg.replace(f'id="{i}"', f'id="{prefix}{i}"').replace(f'#{i})', f'#{prefix}{i})').replace(f'"#{i}"', f'"#{prefix}{i}"')
     return svg
 
+def _bound_params(spec) -> bool:
+    "Does a Vega-Lite spec bind a parameter to an input (a slider, a menu)? Such a chart needs a live view to be explored."
+    if isinstance(spec, list): return any(_bound_params(v) for v in spec)
+    if not isinstance(spec, dict): return False
+    if any(isinstance(p, dict) and p.get('bind') for p in spec.get('params') or []): return True
+    return any(_bound_params(v) for k, v in spec.items() if k not in ('data', 'datasets'))
+
 def chart_output_to_svg(output, inline: bool = True) -> bool:
-    "Replace a chart output (Vega-Lite mime bundle or vega-embed html) by a static SVG, in place: inline html (`inline`) or an `image/svg+xml`. True if it did."
+    """Replace a chart output (Vega-Lite mime bundle or vega-embed html) by a static SVG, in place: inline html (`inline`)
+    or an `image/svg+xml`. A chart with inputs bound to parameters (a step slider) becomes, inline, a live view: the
+    site's own Vega bundle draws the spec, the SVG stays as its picture until then. True if it did."""
     from nbformat import from_dict
     data = output.get('data') or {}
     if 'image/svg+xml' in data or 'image/png' in data:
@@ -240,10 +251,98 @@ def chart_output_to_svg(output, inline: bool = True) -> bool:
     if spec is None and 'text/html' in data: spec = _spec_from_html(_text(data['text/html']))
     if spec is None: return False
     svg, new = spec_to_svg(*spec), {'text/plain': data.get('text/plain', '')}
-    if inline: new['text/html'] = f'<div class="nl-chart">{_unique_svg_ids(svg, f"c{uuid.uuid4().hex[:6]}-")}</div>'
+    svg = _unique_svg_ids(svg, f"c{uuid.uuid4().hex[:6]}-")
+    if inline and spec[1] == 'vega-lite' and _bound_params(spec[0]):
+        js = json.dumps(spec[0]).replace('</', '<\\/')
+        new['text/html'] = (f'<div class="nl-chart nl-live" data-mode="vega-lite"><div class="nl-view"></div><div class="nl-static">{svg}</div>'
+                            f'<script type="application/json" class="nl-spec">{js}</script></div>')
+    elif inline: new['text/html'] = f'<div class="nl-chart">{svg}</div>'
     else: new['image/svg+xml'] = svg
     output['data'] = from_dict(new)
     return True
+
+# %% ../nbs/16_docs.ipynb #72b051ae
+_re_show_doc = re.compile(r'^\s*show_doc\(\s*([A-Za-z_][\w.]*)\s*\)\s*$', re.M)
+
+def library_symbols(cfg) -> dict[str, tuple]:
+    "nbdev's index of the library (`_modidx.py`): qualified name (`pkg.mod.Cls.meth`) -> (`page.html#anchor`, source file)."
+    import importlib.util
+    p = Path(cfg.lib_path)/'_modidx.py'
+    if not p.exists(): return {}
+    spec = importlib.util.spec_from_file_location(f'_modidx_{uuid.uuid4().hex[:8]}', p)
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    return {k: tuple(v) for mod in m.d.get('syms', {}).values() for k, v in mod.items()}
+
+def class_methods(syms: dict, page: str, name: str) -> list[tuple[str, str]]:
+    "The public methods of class `name` that nbdev's index `syms` puts on `page`: (qualified name, `Cls.meth`) pairs."
+    cls = [k for k, v in syms.items() if k.endswith(f'.{name}') and v[0] == f'{page}#{name.lower()}']
+    if not cls: return []
+    pre = cls[0] + '.'
+    return [(k, f'{name}.{k[len(pre):]}') for k, v in syms.items()
+            if k.startswith(pre) and '.' not in k[len(pre):] and not k[len(pre):].startswith('_') and v[0].startswith(f'{page}#')]
+
+# %% ../nbs/16_docs.ipynb #8ee435be
+def _resolve(qual: str):
+    "The object of a qualified name `pkg.mod.Cls.meth`, imported (its class attribute as stored: a property stays a property)."
+    import importlib, inspect
+    parts = qual.split('.')
+    for i in range(len(parts) - 1, 0, -1):
+        try: obj = importlib.import_module('.'.join(parts[:i]))
+        except ImportError: continue
+        for j, a in enumerate(parts[i:]):
+            obj = inspect.getattr_static(obj, a) if j == len(parts[i:]) - 1 and inspect.isclass(obj) else getattr(obj, a)
+        return obj
+    raise ImportError(qual)
+
+def method_markdown(qual: str, title: str) -> str | None:
+    "nbdev's `show_doc` entry (markdown, level 4) of method `qual`, titled `title` (`Cls.meth`); None for what is not a function."
+    import inspect
+    from nbdev.showdoc import show_doc
+    obj = _resolve(qual)
+    if isinstance(obj, (classmethod, staticmethod)): obj = obj.__func__
+    if isinstance(obj, property): obj = obj.fget
+    if not inspect.isfunction(inspect.unwrap(obj)) if callable(obj) else True: return None
+    md = show_doc(obj, name=title, title_level=4)._repr_markdown_()
+    try: line = inspect.getsourcelines(inspect.unwrap(obj))[1]
+    except (OSError, TypeError): line = None
+    return md.replace('#LNone)', f'#L{line})' if line else ')')
+
+def add_method_docs(nb, syms: dict, page: str) -> int:
+    "After each class's `show_doc` cell of processed notebook `nb` (page `page`), a `show_doc` entry for each public method the page does not show yet; returns how many."
+    from nbformat.v4 import new_code_cell, new_output
+    shown = {m.group(1) for c in nb.cells if c.cell_type == 'code' for m in _re_show_doc.finditer(c.source)}
+    cells, n = [], 0
+    for c in nb.cells:
+        cells.append(c)
+        if c.cell_type != 'code': continue
+        for m in _re_show_doc.finditer(c.source):
+            for qual, title in class_methods(syms, page, m.group(1)):
+                if title in shown: continue
+                try: md = method_markdown(qual, title)
+                except Exception: md = None   # a method that cannot be imported or inspected is left out, like nbdev does
+                if md is None: continue
+                cells.append(new_code_cell(f'#| echo: false\n#| output: asis\nshow_doc({title})',
+                                           outputs=[new_output('display_data', data={'text/markdown': md, 'text/plain': f'<{title}>'})]))
+                shown.add(title); n += 1
+    nb.cells = cells
+    return n
+
+# %% ../nbs/16_docs.ipynb #e144059c
+def add_methods_to_proc(proc: Path, rels, cfg) -> int:
+    "Add the method entries (`add_method_docs`) to the processed notebooks `rels` in `proc`, in place, before either renderer reads them; returns how many."
+    import nbformat
+    symbols, n = library_symbols(cfg), 0
+    if not symbols: return 0
+    lib_dir = str(Path(cfg.lib_path).parent)
+    sys.path.append(lib_dir)   # the methods are documented from the library itself (an importable one comes first)
+    try:
+        for rel in rels:
+            nb = _read_nb(proc/rel)
+            page = _page_name(rel, _frontmatter(_read_nb(proc/rel)))
+            if k := add_method_docs(nb, symbols, page):
+                nbformat.write(nb, proc/rel); n += k
+    finally: sys.path.remove(lib_dir)
+    return n
 
 # %% ../nbs/16_docs.ipynb #e28690fe
 _re_opt = re.compile(r'^\s*#\|\s*([\w-]+)\s*:\s*(.*?)\s*$')
@@ -286,10 +385,22 @@ def plain_markdown(md: str) -> str:
     md = _re_attr_link.sub(lambda m: f'<a href="{m.group(2)}" {_attrs(m.group(3))}>{html.escape(m.group(1))}</a>', md)
     return re.sub(r'^:::.*\n?', '', md, flags=re.M)
 
+def _widget_outputs(c, state: dict) -> None:
+    "A widget output without saved state shows no Python repr (`VBox(children=...`): its other rich data if any, else nothing."
+    keep = []
+    for o in c.get('outputs', []):
+        data = o.get('data') or {}
+        view = data.get('application/vnd.jupyter.widget-view+json')
+        if view is None or (isinstance(view, dict) and view.get('model_id') in state): keep.append(o); continue
+        for k in ('application/vnd.jupyter.widget-view+json', 'text/plain'): data.pop(k, None)
+        if data: keep.append(o)
+    c.outputs = keep
+
 def prepare_notebook(nb, inline_svg: bool = True) -> tuple[dict, int]:
     "Ready a processed notebook for nbconvert, in place (see above); return its frontmatter and how many charts became SVG."
     from nbformat.v4 import new_markdown_cell
     fm, charts, cells = _frontmatter(nb), 0, []
+    state = nb.metadata.get('widgets', {}).get('application/vnd.jupyter.widget-state+json', {}).get('state') or {}
     for c in nb.cells:
         if c.cell_type == 'markdown': c.source = plain_markdown(c.source)
         if c.cell_type == 'code':
@@ -297,6 +408,7 @@ def prepare_notebook(nb, inline_svg: bool = True) -> tuple[dict, int]:
             if opts.get('include') == 'false': continue
             if opts.get('echo') == 'false': c.metadata.setdefault('transient', {})['remove_source'] = True
             if opts.get('output') == 'false': c.outputs = []
+            _widget_outputs(c, state)
             for o in c.get('outputs', []):
                 if 'text/markdown' in o.get('data', {}): o.data['text/markdown'] = plain_markdown(_text(o.data['text/markdown']))
                 charts += chart_output_to_svg(o, inline=inline_svg)
@@ -309,29 +421,151 @@ def prepare_notebook(nb, inline_svg: bool = True) -> tuple[dict, int]:
         nb.metadata.pop('widgets', None)   # no widgets on the page: no widget loader from a CDN
     return fm, charts
 
+# %% ../nbs/16_docs.ipynb #f834aca6
+_SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) and the live Vega-Lite charts (window.vegaEmbed)
+(function () {
+  function score(e, q, words) {
+    var t = e.t.toLowerCase(), s = (e.s || '').toLowerCase(), k = e.k === 'api' ? 5 : e.k === 'page' ? 3 : 0;
+    if (t === q) return 100 + k;
+    if (t.indexOf(q) >= 0) return 60 + k - t.length / 100;
+    if (words.every(function (w) { return t.indexOf(w) >= 0; })) return 40 + k;
+    if (words.every(function (w) { return t.indexOf(w) >= 0 || s.indexOf(w) >= 0; })) return 10 + k;
+    return 0;
+  }
+  function search(q) {
+    q = q.trim().toLowerCase();
+    var words = q.split(/\s+/).filter(Boolean), idx = window.NL_SEARCH_INDEX || [];
+    if (!words.length) return [];
+    return idx.map(function (e) { return [score(e, q, words), e]; }).filter(function (x) { return x[0] > 0; })
+              .sort(function (a, b) { return b[0] - a[0]; }).slice(0, 20).map(function (x) { return x[1]; });
+  }
+  function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c]; }); }
+  function setupSearch() {
+    var box = document.querySelector('input.nl-search'), list = document.querySelector('ul.nl-results');
+    if (!box || !list) return;
+    var root = box.getAttribute('data-root') || '';
+    box.addEventListener('input', function () {
+      var hits = search(box.value);
+      list.innerHTML = hits.map(function (e) {
+        var where = e.k === 'page' ? '' : ' <span class="nl-where">' + esc(e.pt || e.p) + '</span>';
+        return '<li><a class="nl-result" href="' + esc(root + e.p + (e.a ? '#' + e.a : '')) + '">' + esc(e.t) + '</a>' + where + '</li>';
+      }).join('') || (box.value.trim() ? '<li class="nl-none">no match</li>' : '');
+    });
+    box.addEventListener('keydown', function (ev) {
+      var first = list.querySelector('a.nl-result');
+      if (ev.key === 'Enter' && first) { window.location.href = first.href; }
+    });
+  }
+  function setupCharts() {
+    if (!window.vegaEmbed) return;
+    document.querySelectorAll('div.nl-live').forEach(function (div) {
+      var spec = JSON.parse(div.querySelector('script.nl-spec').textContent);
+      window.vegaEmbed(div.querySelector('.nl-view'), spec, {actions: false, renderer: 'svg', mode: div.getAttribute('data-mode') || 'vega-lite'})
+        .then(function () { div.classList.add('nl-drawn'); div.querySelector('.nl-static').remove(); })
+        .catch(function (err) { console.warn('live chart not drawn, its static picture stays:', err); });
+    });
+  }
+  window.nlSearch = search;
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', function () { setupSearch(); setupCharts(); });
+  else { setupSearch(); setupCharts(); }
+}());
+"""
+
+# %% ../nbs/16_docs.ipynb #b2336e6b
+_MATHJAX_SLOT, _WIDGETS_SLOT = 'nl-docs:mathjax', 'nl-docs:widgets'
+SITE_ASSETS = {'mathjax': ('mathjax', 'package/es5'), 'widgets': ('widgets-embed', 'package/dist')}   # _static/NAME <- (data source, its folder)
+
+def site_asset(source: str) -> Path:
+    "The cache folder of data source `source` (MathJax, the widgets embed script), fetched now if missing; stops naming the fetch to run when it cannot be."
+    from nl_embryo.data import fetch, fetched_path, is_fetched
+    if not is_fetched(source):
+        try: fetch([source], quiet=True)
+        except Exception as e:
+            raise NlEmbryoError(f"the docs site serves its own copy of '{source}', which is not fetched and could not be fetched now ({_err_text(e, 160)})",
+                                f"run `nl-embryo data fetch {source}` once while online; later builds work offline") from e
+    return fetched_path(source)
+
+def copy_site_assets(site, widgets: bool = False, vega: bool = False) -> list[str]:
+    "Copy into `site/_static/` the scripts the pages load from the site itself: MathJax, the search script, and the widgets embed script and the Vega bundle when pages need them; returns their folders."
+    st = Path(site)/'_static'; st.mkdir(parents=True, exist_ok=True)
+    done = []
+    for name, (source, sub) in SITE_ASSETS.items():
+        if name == 'widgets' and not widgets: continue
+        src = site_asset(source)/sub
+        shutil.copytree(src, st/name, dirs_exist_ok=True)
+        if (lic := site_asset(source)/'package'/'LICENSE').exists(): shutil.copy2(lic, st/name/'LICENSE')
+        done.append(name)
+    if vega:
+        import vl_convert as vlc
+        # a classic script in its own scope: the bundle's top-level names must not clash with the page's
+        atomic_write_text(st/'vega'/'vega-bundle.js', '(function () {\n' + vlc.javascript_bundle() + '\n})();\n'); done.append('vega')
+    atomic_write_text(st/'nl-docs.js', _SITE_JS)
+    return done + ['nl-docs.js']
+
+# %% ../nbs/16_docs.ipynb #f1aa84fa
+def toc_html(page_html: str) -> str:
+    "The table of contents of a page: its h2 and h3 headings that have an id, as links (empty when it has none)."
+    items = []
+    for m in re.finditer(r'<h([23]) id="([^"]+)"[^>]*>(.*?)</h\1>', page_html, re.S):
+        text = re.sub(r'<a class="anchor-link".*?</a>', '', m.group(3), flags=re.S)
+        text = html.escape(html.unescape(' '.join(re.sub(r'<[^>]+>', '', text).split())))
+        items.append(f'<li class="nl-toc-h{m.group(1)}"><a href="#{html.escape(m.group(2))}">{text}</a></li>')
+    return f'<nav class="nl-toc"><span class="nl-toc-title">On this page</span><ul>{"".join(items)}</ul></nav>' if items else ''
+
+def _site_scripts(page: str, root: str | None) -> str:
+    "Point MathJax and the widgets embed script at the site's own copies under `root` (a relative prefix; `root=None`, a page outside a site, drops them), drop nbconvert's mermaid loader, add the search and chart scripts."
+    mj = '' if root is None else (
+        '<script>window.MathJax = {tex: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], processEscapes: true}, '
+        'options: {ignoreHtmlClass: "tex2jax_ignore", processHtmlClass: "tex2jax_process"}, '
+        # the widgets embed script typesets through MathJax 2's `MathJax.Hub.Queue`: MathJax 3 gets that name too
+        'startup: {ready: function () { MathJax.startup.defaultReady(); '
+        'MathJax.Hub = MathJax.Hub || {Queue: function () { return MathJax.typesetPromise(); }}; }}};</script>\n'
+        f'<script src="{root}_static/mathjax/tex-chtml.js"></script>')
+    page = re.sub(rf'<script src="{re.escape(_MATHJAX_SLOT)}">\s*</script>', lambda m: mj, page)
+    page = re.sub(r'<script type="text/x-mathjax-config">.*?</script>', '', page, flags=re.S)   # MathJax 2's config: not read by MathJax 3
+    # nbconvert's mermaid loader imports mermaid from a CDN when a page has a diagram: the diagram stays as its source text
+    page = re.sub(r'<script type="module">(?:(?!</script>).)*?mermaid(?:(?!</script>).)*</script>', '', page, flags=re.S)
+    if root is None: return re.sub(r'<script>\s*\(function\(\) \{\s*function addWidgetsRenderer\(\).*?</script>', '', page, flags=re.S)
+    page = page.replace(f"'{_WIDGETS_SLOT}'", f"'{root}_static/widgets/embed.js'")
+    tail = f'<script src="{root}_static/search_index.js"></script>\n'
+    if 'nl-live' in page: tail += f'<script src="{root}_static/vega/vega-bundle.js"></script>\n'
+    return page.replace('</body>', f'{tail}<script src="{root}_static/nl-docs.js"></script>\n</body>', 1)
+
 # %% ../nbs/16_docs.ipynb #5dbefc79
 _NAV_CSS = """
-body.nl-docs { margin: 0 0 0 17rem; }
-nav.nl-nav { position: fixed; top: 0; left: 0; bottom: 0; width: 15.5rem; overflow-y: auto; padding: 1.2rem 0.8rem;
-  box-sizing: border-box; border-right: 1px solid #dee2e6; background: #f8f9fa; font: 14px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; }
-nav.nl-nav a { color: #2780e3; text-decoration: none; }
-nav.nl-nav a:hover { text-decoration: underline; }
-nav.nl-nav .nl-site { display: block; font-size: 1.15rem; font-weight: 600; margin-bottom: 0.8rem; color: #343a40; }
-nav.nl-nav ul { list-style: none; padding-left: 0; margin: 0; }
+body.nl-docs { margin: 0; padding: 0; display: grid; grid-template-columns: 16rem minmax(0, 1fr) 14rem; align-items: start; }
+body.nl-docs > main { min-width: 0; padding: 0 1.5rem; }
+nav.nl-nav, nav.nl-toc { position: sticky; top: 0; max-height: 100vh; overflow-y: auto; padding: 1.2rem 0.8rem; box-sizing: border-box;
+  font: 14px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; }
+nav.nl-nav { height: 100vh; border-right: 1px solid #dee2e6; background: #f8f9fa; }
+nav.nl-toc { font-size: 13px; border-left: 1px solid #dee2e6; }
+nav.nl-nav a, nav.nl-toc a { color: #2780e3; text-decoration: none; }
+nav.nl-nav a:hover, nav.nl-toc a:hover { text-decoration: underline; }
+nav.nl-nav .nl-site { display: block; font-size: 1.15rem; font-weight: 600; margin-bottom: 0.6rem; color: #343a40; }
+nav.nl-nav ul, nav.nl-toc ul { list-style: none; padding-left: 0; margin: 0; }
 nav.nl-nav ul ul { padding-left: 0.9rem; }
-nav.nl-nav li { margin: 0.15rem 0; }
+nav.nl-nav li, nav.nl-toc li { margin: 0.15rem 0; }
+nav.nl-toc li.nl-toc-h3 { padding-left: 0.8rem; }
+nav.nl-toc .nl-toc-title { display: block; font-weight: 600; color: #6c757d; margin-bottom: 0.3rem; }
 nav.nl-nav .nl-section { display: block; margin-top: 0.6rem; font-weight: 600; color: #6c757d; text-transform: uppercase; font-size: 0.8rem; }
 nav.nl-nav a.nl-here { font-weight: 600; color: #343a40; }
+input.nl-search { width: 100%; box-sizing: border-box; padding: 0.3rem 0.5rem; margin-bottom: 0.4rem; border: 1px solid #ced4da; border-radius: 4px; }
+ul.nl-results { margin-bottom: 0.8rem !important; }
+ul.nl-results li { border-bottom: 1px solid #eee; padding: 0.1rem 0; }
+ul.nl-results .nl-where { color: #6c757d; font-size: 12px; }
 .nl-chart svg { max-width: 100%; height: auto; }
-@media (max-width: 800px) { body.nl-docs { margin-left: 0; } nav.nl-nav { position: static; width: auto; border-right: 0; border-bottom: 1px solid #dee2e6; } }
+@media (max-width: 1100px) { body.nl-docs { grid-template-columns: 16rem minmax(0, 1fr); } nav.nl-toc { display: none; } }
+@media (max-width: 800px) { body.nl-docs { display: block; } nav.nl-nav { position: static; height: auto; max-height: none; border-right: 0; border-bottom: 1px solid #dee2e6; } }
 """
 
 def _rel_href(target: str, current: str) -> str:
     "The link from page `current` to page `target` (both relative to the site root)."
     return os.path.relpath(target, PurePosixPath(current).parent.as_posix() or '.').replace(os.sep, '/')
 
+def _root(current: str) -> str: return _rel_href('index.html', current)[:-len('index.html')]
+
 def nav_html(nav: list, titles: dict, html_of: dict, current: str, site_title: str) -> str:
-    "The sidebar of page `current`: the resolved sidebar `nav` as nested lists of links, relative to that page."
+    "The sidebar of page `current`: the search box, then the resolved sidebar `nav` as nested lists of links, relative to that page."
     def items(entries):
         out = []
         for e in entries:
@@ -345,17 +579,20 @@ def nav_html(nav: list, titles: dict, html_of: dict, current: str, site_title: s
                 href = _rel_href(html_of[t], current) if t in html_of else t
                 out.append(f'<li><a href="{html.escape(str(href))}">{html.escape(str(e.get("text", titles.get(t, t))))}</a></li>')
         return ''.join(out)
-    return f'<nav class="nl-nav"><a class="nl-site" href="{_rel_href("index.html", current)}">{html.escape(site_title)}</a><ul>{items(nav)}</ul></nav>'
+    search = (f'<input type="search" class="nl-search" placeholder="Search (e.g. Run.map)" aria-label="Search the docs" data-root="{_root(current)}">'
+              '<ul class="nl-results"></ul>')
+    return f'<nav class="nl-nav"><a class="nl-site" href="{_rel_href("index.html", current)}">{html.escape(site_title)}</a>{search}<ul>{items(nav)}</ul></nav>'
 
 def html_exporter():
-    "nbconvert's html exporter as the fallback uses it: `lab` template, no prompts."
+    "nbconvert's html exporter as the fallback uses it: `lab` template, no prompts; MathJax and the widgets embed script left to `render_page` to point at the site."
     from nbconvert import HTMLExporter
     # not embed_images: it re-parses each inline html tag on its own and so empties links like nbdev's `source` link;
     # the images a page refers to are copied next to it instead
-    return HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
+    return HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True,
+                        mathjax_url=_MATHJAX_SLOT, widget_renderer_url=_WIDGETS_SLOT)
 
 def render_page(nb, exporter, nav: str, title: str, current: str = 'index.html', site_url: str = '', base=None) -> str:
-    "One standalone html page of a prepared notebook, with the sidebar `nav`; `current` is its path in the site."
+    "One standalone html page of a prepared notebook, with the sidebar `nav` and a table of contents; `current` is its path in the site. Without `nav` it is a page outside a site: no site scripts."
     nb.metadata['title'] = title
     page, _ = exporter.from_notebook_node(nb, resources={'metadata': {'path': str(base or '.'), 'name': title}})
     page = page.replace(f'<script src="{exporter.require_js_url}"></script>', '')   # only old-style JS outputs use it
@@ -363,11 +600,97 @@ def render_page(nb, exporter, nav: str, title: str, current: str = 'index.html',
     page = re.sub(r'(<h[1-6] id=")([^"]+)(")', low, page)
     page = re.sub(r'(<a class="anchor-link" href="#)([^"]+)(")', low, page)
     if site_url:   # nbdev links symbols to the published site: link this build instead
-        page = page.replace(f'href="{site_url.rstrip("/")}/', f'href="{_rel_href("index.html", current)[:-len("index.html")]}')
+        page = page.replace(f'href="{site_url.rstrip("/")}/', f'href="{_root(current)}')
+    page = _site_scripts(page, _root(current) if nav else None)
     page = page.replace('</head>', f'<style type="text/css">{_NAV_CSS}</style>\n</head>', 1)
+    if not nav: return page
     if re.search(r'<body[^>]*class="', page): page = re.sub(r'<body([^>]*)class="', r'<body\1class="nl-docs ', page, count=1)
     else: page = re.sub(r'<body([^>]*)>', r'<body\1 class="nl-docs">', page, count=1)
+    page = page.replace('</main>', '</main>\n' + toc_html(page), 1)
     return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, page, count=1)
+
+# %% ../nbs/16_docs.ipynb #39c8518b
+from html.parser import HTMLParser
+from urllib.parse import unquote
+
+_re_href = re.compile(r'(<a\b[^>]*?\bhref=")([^"#:]+\.ipynb)(#[^"]*)?(")')
+
+def fix_notebook_links(page_html: str, current: str, html_of: dict) -> str:
+    "Links of page `current` to notebooks of the site (`tutorials/x.ipynb#a`) turned into links to their pages."
+    def sub(m):
+        rel = posixpath.normpath(posixpath.join(posixpath.dirname(current), unquote(m.group(2))))
+        if rel not in html_of: return m.group(0)
+        return f'{m.group(1)}{_rel_href(html_of[rel], current)}{m.group(3) or ""}{m.group(4)}'
+    return _re_href.sub(sub, page_html)
+
+class _PageLinks(HTMLParser):
+    "The ids of an html page and its links to other files (`a`/`link` href, `img`/`script`/`iframe`/`source` src)."
+    _LINKS = {'a': 'href', 'link': 'href', 'img': 'src', 'script': 'src', 'iframe': 'src', 'source': 'src'}
+    def __init__(self):
+        super().__init__(convert_charrefs=True); self.ids, self.links = set(), []
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get('id'): self.ids.add(a['id'])
+        if tag == 'a' and a.get('name'): self.ids.add(a['name'])
+        if (k := self._LINKS.get(tag)) and a.get(k): self.links.append(a[k])
+
+def check_links(site) -> list[str]:
+    "The dead internal links of the html site in folder `site`, one `page: link` each: a missing file, or an anchor the page lacks."
+    site, pages = Path(site), {}
+    for p in sorted(Path(site).rglob('*.html')):
+        pl = _PageLinks(); pl.feed(p.read_text(encoding='utf-8', errors='replace')); pages[p.resolve()] = pl
+    dead = []
+    for p, pl in pages.items():
+        for href in pl.links:
+            if re.match(r'^([a-z][a-z0-9+.-]*:|//)', href, re.I): continue   # http(s):, mailto:, data:, javascript: ...
+            path, _, frag = href.partition('#')
+            path = path.split('?')[0]
+            target = (p.parent/unquote(path)).resolve() if path else p
+            if not target.exists(): dead.append(f"{p.relative_to(site.resolve()).as_posix()}: {href}"); continue
+            ids = pages[target].ids if target in pages else set()
+            if frag and target.suffix == '.html' and frag not in ids and unquote(frag) not in ids:   # browsers try the fragment as written, then decoded
+                dead.append(f"{p.relative_to(site.resolve()).as_posix()}: {href}")
+    return dead
+
+# %% ../nbs/16_docs.ipynb #ac098b25
+class _PageText(HTMLParser):
+    "The sections of an html page: each heading with an id starts one; the text that follows is its text (scripts, styles, svg and the sidebar skipped)."
+    _SKIP = {'script', 'style', 'svg', 'nav', 'head'}
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.sections, self.skip, self.head = [{'a': '', 't': '', 'h': 0, 's': []}], 0, None
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in self._SKIP: self.skip += 1
+        elif re.fullmatch(r'h[1-4]', tag) and a.get('id') and not self.skip:
+            self.head = {'a': a['id'], 't': [], 'h': int(tag[1]), 's': []}; self.sections.append(self.head)
+        elif tag == 'a' and 'anchor-link' in (a.get('class') or '') and self.head: self.skip += 1
+    def handle_endtag(self, tag):
+        if tag in self._SKIP or (tag == 'a' and self.skip and self.head): self.skip = max(0, self.skip - 1)
+        if re.fullmatch(r'h[1-4]', tag) and self.head: self.head['t'] = ' '.join(''.join(self.head['t']).split()); self.head = None
+    def handle_data(self, data):
+        if self.skip: return
+        (self.head['t'] if self.head else self.sections[-1]['s']).append(data)
+
+_re_api = re.compile(r'^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)?$')
+
+def search_entries(page_html: str, page: str, title: str, n_chars: int = 600) -> list[dict]:
+    "The search index entries of one page (`page` is its path in the site): the page, then each heading with an id; API names (`show_doc` headings such as `Run.map`) are kind `api`."
+    pt = _PageText(); pt.feed(page_html)
+    res = []
+    for i, s in enumerate(pt.sections):
+        text = ' '.join(''.join(s['s']).split())[:n_chars]
+        if i == 0: res.append({'p': page, 'a': '', 't': title, 'k': 'page', 's': text}); continue
+        api = s['h'] >= 3 and bool(_re_api.match(s['t']))
+        res.append({'p': page, 'a': s['a'], 't': s['t'], 'k': 'api' if api else 'section', 'pt': title, 's': text})
+    return res
+
+def write_search_index(site, titles: dict) -> Path:
+    "Write `_static/search_index.js` (the entries of every page of `titles`: page -> title) into `site`; the search box reads it from a script tag, which works from `file://`."
+    site, entries = Path(site), []
+    for page, title in titles.items():
+        if (site/page).exists(): entries += search_entries((site/page).read_text(encoding='utf-8'), page, title)
+    return atomic_write_text(site/'_static'/'search_index.js', 'window.NL_SEARCH_INDEX = ' + json.dumps(entries, ensure_ascii=False, separators=(',', ':')) + ';\n')
 
 # %% ../nbs/16_docs.ipynb #0895f8bf
 def write_readme(proc_nb, dest) -> Path:
@@ -389,7 +712,9 @@ class DocsReport:
     pages: dict[str, str] = field(default_factory=dict)           # notebook (in nbs/) -> page (in out)
     errors: dict[str, list[str]] = field(default_factory=dict)    # notebook -> one line per error
     warnings: dict[str, list[str]] = field(default_factory=dict)  # notebook -> nbdev's warnings while processing
-    charts: int = 0                                               # charts rendered to static SVG
+    charts: int = 0                                               # charts rendered to static SVG (or live, with a slider)
+    methods: int = 0                                              # method entries added to the pages (add_methods_to_proc)
+    dead_links: list[str] = field(default_factory=list)           # `page: link` of each dead internal link (check_links)
     readme: Path | None = None
     seconds: float = 0.0
 
@@ -398,8 +723,10 @@ class DocsReport:
 
     def summary(self) -> str:
         extra = [f"{self.charts} chart(s) as SVG"] if self.charts else []
+        if self.methods: extra.append(f"{self.methods} method entries")
         if self.warnings: extra.append(f"{sum(map(len, self.warnings.values()))} nbdev warning(s) in .warnings")
         if self.readme: extra.append(f"{self.readme.name} regenerated")
+        if self.dead_links: extra.append(f"{len(self.dead_links)} dead link(s) in .dead_links, first: {self.dead_links[0]}")
         lines = [f"docs: {len(self.pages)} page(s) -> {self.out} ({self.renderer}, {self.seconds:.1f} s)" + ''.join(f"; {x}" for x in extra)]
         if self.errors:
             lines.append(f"errors on {len(self.errors)} page(s):")
@@ -435,14 +762,16 @@ def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, e
     nav = resolve_sidebar(sb.get('contents', ['index.ipynb', '*.ipynb']), list(prepared))
     site_title = str(web.get('title') or cfg.get('title', cfg.lib_name))
     site_url = f"{cfg.get('doc_host', '')}{cfg.get('doc_baseurl', '')}" if cfg.get('doc_host') else ''
-    ex = html_exporter()
+    ex, widgets, vega = html_exporter(), False, False
     for rel in tqdm(prepared, desc='writing pages', disable=quiet or len(prepared) < 4, leave=False):
         page = html_of[rel]
         try: text = render_page(prepared[rel], ex, nav_html(nav, titles, html_of, page, site_title), f"{titles[rel]} – {site_title}",
                                 current=page, site_url=site_url, base=(proc/rel).parent)
         except Exception as e: errors.setdefault(rel, []).append(f"nbconvert failed: {_err_text(e)}"); del html_of[rel]; continue
         (tmp/page).parent.mkdir(parents=True, exist_ok=True)
-        (tmp/page).write_text(text, encoding='utf-8')
+        (tmp/page).write_text(fix_notebook_links(text, page, html_of), encoding='utf-8')
+        widgets |= f"'{_root(page)}_static/widgets/embed.js'" in text
+        vega |= 'class="nl-chart nl-live"' in text
     for f in proc.rglob('*'):   # images and other files the pages refer to
         r = f.relative_to(proc)
         if f.is_file() and f.suffix.lower() in _ASSETS and not any(s.startswith(('_', '.')) for s in r.parts):
@@ -451,6 +780,8 @@ def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, e
         lis = ''.join(f'<li><a href="{p}">{html.escape(titles[r])}</a></li>' for r, p in html_of.items())
         (tmp/'index.html').write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(site_title)}</title></head>'
                                       f'<body><h1>{html.escape(site_title)}</h1><ul>{lis}</ul></body></html>', encoding='utf-8')
+    copy_site_assets(tmp, widgets=widgets, vega=vega)
+    write_search_index(tmp, {html_of[r]: titles[r] for r in html_of})
     return html_of, charts
 
 def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_workers: int | None = None,
@@ -472,11 +803,13 @@ def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_
         for rel, e in failed.items(): errors.setdefault(rel, []).append(f"nbdev could not process it: {e}")
         ok = [rel for rel in nbs if rel not in failed and (proc/rel).exists()]
         site = write_site_config(site_config(cfg), proc, ok)
+        methods = add_methods_to_proc(proc, ok, cfg)
         with atomic_dir(out, overwrite=True) as tmp:
             if use_quarto:
                 _render_with_quarto(proc, tmp, site)
                 pages, charts = {rel: _page_name(rel, _frontmatter(_read_nb(proc/rel))) for rel in ok}, 0
             else: pages, charts = _render_with_nbconvert(proc, tmp, ok, site, cfg, errors, quiet)
+            dead = check_links(tmp)
             errors = {rel: errors[rel] for rel in nbs if rel in errors}
             if strict and errors:
                 lines = '\n'.join(f"  {rel}: {e}" for rel, es in errors.items() for e in es)
@@ -486,7 +819,7 @@ def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_
         if readme and (proc/cfg.readme_nb).exists():
             readme_path = write_readme(proc/cfg.readme_nb, Path(cfg.config_path)/'README.md')
     report = DocsReport(out=out, renderer='quarto' if use_quarto else 'nbconvert', pages=pages, errors=errors,
-                        warnings={k: v for k, v in warned.items()}, charts=charts, readme=readme_path, seconds=time.time() - t0)
+                        warnings={k: v for k, v in warned.items()}, charts=charts, methods=methods, dead_links=dead, readme=readme_path, seconds=time.time() - t0)
     if not quiet: print(report.summary())
     return report
 

@@ -8,7 +8,7 @@ step() { echo; echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 
 step "fetch the data the tests need"
 $B/nl-embryo data fetch                                                   # the default set
-$B/nl-embryo data fetch minilm spacy-en sentiment bbc-news antiberty talmud   # the other sources the notebooks and tests use
+$B/nl-embryo data fetch minilm spacy-en sentiment bbc-news antiberty talmud mathjax widgets-embed   # the other sources the notebooks, tests and docs site use
 
 step "nbdev_export leaves the library in step with the notebooks"
 before=$(git status --porcelain -- nl_embryo nbs | md5sum)
