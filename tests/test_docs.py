@@ -280,3 +280,12 @@ def test_notebooks_are_light_and_carry_no_widget_state():
         assert 'widgets' not in nb.get('metadata', {}), f"{nb_path.relative_to(ROOT)} carries saved widget state"
         limit = 300_000 if 'tutorials' in nb_path.parts else 400_000
         assert nb_path.stat().st_size < limit, f"{nb_path.relative_to(ROOT)}: {nb_path.stat().st_size:,} bytes (limit {limit:,})"
+
+
+def test_live_chart_outputs_to_svg():
+    "What the `nl_embryo` renderer shows in a notebook (a Vega 5 spec for JupyterLab's own Vega) becomes a static SVG on the docs pages."
+    from nl_embryo.charts import VEGA_MIME, vega_mimebundle
+    bundle, meta = vega_mimebundle(_chart().properties(title='loss over steps').to_dict())
+    o = nbformat.from_dict(new_output('display_data', data=bundle, metadata=meta))
+    assert chart_output_to_svg(o) and list(o.data) == ['text/plain', 'text/html'] and VEGA_MIME not in o.data
+    assert '<svg' in o.data['text/html'] and 'loss over steps' in o.data['text/html'] and 'http' not in o.data['text/html'].replace('http://www.w3.org', '')
