@@ -158,7 +158,7 @@ def lab_vegalite_version() -> str:
 def vega_mimebundle(spec: dict, **metadata):
     "The `nl_embryo` Altair renderer: `spec` (Vega-Lite) compiled to Vega 5 for the front-end's own Vega (offline); a static SVG if it does not compile."
     import vl_convert as vlc
-    text = ('an interactive Vega chart (JupyterLab, Jupyter Notebook 7 and VS Code draw it offline; '
+    text = ('an interactive Vega chart (JupyterLab and Jupyter Notebook 7 draw it offline; '
             'elsewhere: nl_embryo.charts.chart_png(chart) or save_chart(chart, path))')
     try: vega = spec if '/schema/vega/' in str(spec.get('$schema', '')) else vlc.vegalite_to_vega(spec, vl_version=lab_vegalite_version())
     except ValueError: return {'image/svg+xml': vlc.vegalite_to_svg(spec), 'text/plain': text}, {}

@@ -246,8 +246,8 @@ INKED = """(el) => {                                                  // inked c
 
 def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
     """A notebook importing nl_embryo draws a training-curves chart and a probe chart in JupyterLab with no network:
-    both are drawn by JupyterLab's own Vega (the `nl_embryo` renderer), the probe chart's step slider is there, and
-    moving it redraws the chart."""
+    both are drawn by JupyterLab's own Vega (the `nl_embryo` renderer), the probe chart's step slider is there, moving
+    it redraws the chart, and its points show tooltips."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
     lab = tmp_path/'lab'; lab.mkdir()
@@ -296,6 +296,16 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
             assert a.shape == b.shape
             changed = (np.abs(a - b).sum(-1) > 30).mean()
             assert changed > 0.002, f"only {changed:.3%} of the pixels changed when the slider moved"
+
+            box, tip = view.bounding_box(), page.locator('#vg-tooltip-element')      # tooltips: sweep the pointer over the panels
+            for fy in np.linspace(0.2, 0.85, 14):
+                for fx in np.linspace(0.08, 0.75, 40):
+                    page.mouse.move(box['x'] + fx * box['width'], box['y'] + fy * box['height'])
+                    if tip.count() and 'visible' in (tip.get_attribute('class') or ''): break
+                else: continue
+                break
+            assert tip.count() and 'visible' in (tip.get_attribute('class') or ''), 'no tooltip anywhere over the probe chart'
+            assert all(f'{k}:' in tip.inner_text() for k in ('task', 'step', 'layer', 'value')), tip.inner_text()
             assert page.errors == [], page.errors
             assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
         finally:
