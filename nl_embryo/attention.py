@@ -408,7 +408,8 @@ def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next',
     elif agg: d = d.groupby(keys, as_index=False)['value'].agg(agg).assign(lo=np.nan, hi=np.nan)
     else: d = d[keys + ['head', 'value', 'lo', 'hi']]
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))
-    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'))
+    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'),
+                                               legend=alt.Legend(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1))
     enc = dict(x=x, y=alt.Y('value:Q', title=None), color=color,
                tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg and agg != 'max' else ['head:O']) +
                        [alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])

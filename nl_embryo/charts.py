@@ -52,8 +52,11 @@ def step_marks(x, at: str, y='value:Q', color=None, tooltip=None, groupby=(), wh
     points = here.mark_point(filled=True, size=80, opacity=1, stroke='black', strokeWidth=1).encode(**enc)
     one = here.transform_aggregate(n='count()', groupby=[field, *groupby])
     rule = one.mark_rule(color='black', strokeDash=[3, 3], opacity=0.7).encode(x=x)
+    steps = json.loads(at[:at.rindex('[')]) if at.startswith('[') else [0]
+    right = f"{at} > {steps[len(steps) // 2]}"                      # the label on the rule's inner side, inside the panel
     label = one.transform_calculate(label=f"'step ' + datum[{json.dumps(field)}]").mark_text(
-        align='left', baseline='top', dx=4, dy=2, fontSize=10).encode(x=x, y=alt.value(0), text='label:N')
+        align=alt.ExprRef(f"{right} ? 'right' : 'left'"), dx=alt.ExprRef(f"{right} ? -4 : 4"), baseline='top', dy=2,
+        fontSize=10).encode(x=x, y=alt.value(0), text='label:N')
     return [rule, label, points]
 
 

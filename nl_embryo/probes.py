@@ -403,7 +403,8 @@ def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | 
     baselines = [m for m in ('majority', 'per_word') if metric in ('accuracy', 'control_accuracy') and m in set(df['metric'])]
     d = interval_columns(df[df['metric'].isin([metric] + baselines)])[['step', 'task', 'layer', 'metric', 'value', 'lo', 'hi']]
     x = step_axis(d['step'])
-    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer')
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer',
+                      legend=alt.Legend(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1))   # a line per layer, not its faint band
     mine = alt.datum.metric == metric
     y = alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False))
     tooltip = ['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')]
