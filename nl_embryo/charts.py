@@ -150,7 +150,7 @@ def chart_png(chart, scale: float = 1.5):
 
 # %% ../nbs/04b_charts.ipynb #b04e90c2
 VEGA_MIME = 'application/vnd.vega.v5+json'
-EMBED_OPTIONS = {'actions': {'export': True, 'source': False, 'compiled': False, 'editor': False}}   # no link to the online editor
+EMBED_OPTIONS = {'actions': {'editor': False}}   # no link to the online Vega editor (no key 'source' either: nbdev's reader takes any 'source' for cell text)
 
 def lab_vegalite_version() -> str:
     "The newest Vega-Lite 5 that vl-convert compiles with: its Vega output is what JupyterLab's Vega 5 draws."
