@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .analysis import Analysis, analysis_tables, analyze, register
-from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, save_chart, step_axis   # (save_chart & co: also importable from here, as before)
+from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_pair, max_positions, set_attention
 from .timeline import Run
@@ -397,7 +397,8 @@ def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next',
                          agg: str | None = 'max', columns: int = 4, title: str | None = None):
     """Pattern scores over steps (the shared step axis), one line per layer: its head with the `max` score (and that
     head's 95% interval as a band), the `mean` over its heads, or every head (`agg=None`). The step-0 model is every
-    line's baseline."""
+    line's baseline. Live in a notebook: tooltips, a click on the legend picks a layer, and a step slider marks a
+    checkpoint with each line's score there."""
     import altair as alt
     d = scores[scores['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for patterns {list(patterns)}", f"choose among: {', '.join(PATTERNS)}")
@@ -407,16 +408,21 @@ def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next',
     elif agg: d = d.groupby(keys, as_index=False)['value'].agg(agg).assign(lo=np.nan, hi=np.nan)
     else: d = d[keys + ['head', 'value', 'lo', 'hi']]
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))
-    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'))
+    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'),
+                                               legend=alt.Legend(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1))
     enc = dict(x=x, y=alt.Y('value:Q', title=None), color=color,
                tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg and agg != 'max' else ['head:O']) +
                        [alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
     if not agg: enc['detail'] = 'head:N'
     order = [PATTERN_TITLES[p] for p in patterns]
-    line = alt.Chart().mark_line(point=bool(agg), opacity=1 if agg else 0.6).encode(**enc)
-    layers = [interval_band(x, color=color, opacity=0.15), line] if agg == 'max' else [line]
+    pick = alt.selection_point(fields=['layer'], bind='legend', name='pick_layer')
+    line = alt.Chart().mark_line(point=bool(agg)).encode(
+        **enc, opacity=alt.condition(pick, alt.value(1 if agg else 0.6), alt.value(0.1))).add_params(pick)
+    slider, at = step_slider(d['step'])
+    layers = ([interval_band(x, color=color, opacity=0.15), line] if agg == 'max' else [line]) + step_marks(
+        x, at, y=enc['y'], color=color, tooltip=enc['tooltip'], groupby=['pattern'])
     return alt.layer(*layers, data=_data(d)).properties(width=170, height=120).facet(
-        facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(y='independent').properties(
+        facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(y='independent').add_params(slider).properties(
         title=title or f"head pattern scores over steps ({'the strongest head of each layer, 95% band' if agg == 'max' else agg + ' over heads' if agg else 'every head'})")
 
 def head_scores_chart(scores: pd.DataFrame, layer: int, head: int, step=None,

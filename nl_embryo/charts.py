@@ -2,7 +2,7 @@
 
 # %% ../nbs/04b_charts.ipynb #98af8362
 from __future__ import annotations
-import base64, io, struct
+import base64, io, json, struct
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +11,9 @@ import pandas as pd
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text
 
 # %% auto #0
-__all__ = ['THEME', 'CHART_FORMATS', 'step_ticks', 'step_axis', 'use_theme', 'interval_band', 'baseline_rules', 'save_chart',
-           'chart_svg', 'compact_png', 'chart_img', 'chart_png']
+__all__ = ['THEME', 'CHART_FORMATS', 'VEGA_MIME', 'EMBED_OPTIONS', 'step_ticks', 'step_axis', 'step_slider', 'step_marks',
+           'use_theme', 'interval_band', 'baseline_rules', 'save_chart', 'chart_svg', 'compact_png', 'chart_img',
+           'chart_png', 'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
 def step_ticks(steps, max_ticks: int = 12) -> list[int]:
@@ -31,6 +32,33 @@ def step_axis(steps=None, title: str = 'step', field: str = 'step', max_ticks: i
     axis = dict(format=',d', labelOverlap='greedy', grid=False)
     if steps is not None and len(steps): axis['values'] = step_ticks(steps, max_ticks)
     return alt.X(f'{field}:Q', scale=alt.Scale(type='symlog', constant=1, nice=False), axis=alt.Axis(**axis), title=title)
+
+# %% ../nbs/04b_charts.ipynb #a24844d6
+def step_slider(steps, at=None, name: str = 'checkpoint'):
+    "A Vega-Lite parameter `name` bound to a slider over the checkpoints of `steps` (its value: a checkpoint's index, first that of step `at`, else the last), and the Vega expression of the step it points at."
+    import altair as alt
+    steps = sorted({int(s) for s in steps})
+    if not steps: raise NlEmbryoError("no steps for a step slider", "pass the step column of a table that has rows")
+    if at is not None and int(at) not in steps: raise NlEmbryoError(f"no checkpoint at step {at}", f"choose one of: {', '.join(map(str, steps))}")
+    param = alt.param(name=name, value=len(steps) - 1 if at is None else steps.index(int(at)), bind=alt.binding_range(min=0, max=len(steps) - 1, step=1, name=f'{name} '))
+    return param, f"{json.dumps(steps)}[{name}]"
+
+def step_marks(x, at: str, y='value:Q', color=None, tooltip=None, groupby=(), where=None, field: str = 'step') -> list:
+    "The layers that mark the checkpoint `at` (from `step_slider`): a dashed rule labelled 'step N' and each line's point there; `groupby`: the facet fields, `where`: a filter of the rows."
+    import altair as alt
+    here = alt.Chart() if where is None else alt.Chart().transform_filter(where)
+    here = here.transform_filter(f"datum[{json.dumps(field)}] == {at}")
+    enc = dict(x=x, y=y, **({'color': color} if color is not None else {}), **({'tooltip': tooltip} if tooltip is not None else {}))
+    points = here.mark_point(filled=True, size=80, opacity=1, stroke='black', strokeWidth=1).encode(**enc)
+    one = here.transform_aggregate(n='count()', groupby=[field, *groupby])
+    rule = one.mark_rule(color='black', strokeDash=[3, 3], opacity=0.7).encode(x=x)
+    steps = json.loads(at[:at.rindex('[')]) if at.startswith('[') else [0]
+    right = f"{at} > {steps[len(steps) // 2]}"                      # the label on the rule's inner side, inside the panel
+    label = one.transform_calculate(label=f"'step ' + datum[{json.dumps(field)}]").mark_text(
+        align=alt.ExprRef(f"{right} ? 'right' : 'left'"), dx=alt.ExprRef(f"{right} ? -4 : 4"), baseline='top', dy=2,
+        fontSize=10).encode(x=x, y=alt.value(0), text='label:N')
+    return [rule, label, points]
+
 
 # %% ../nbs/04b_charts.ipynb #cca35669
 THEME = {
@@ -119,3 +147,35 @@ def chart_png(chart, scale: float = 1.5):
     "A chart as an inline PNG image for a notebook (see `compact_png`)."
     from IPython.display import Image
     return Image(data=compact_png(chart, scale), format='png')
+
+# %% ../nbs/04b_charts.ipynb #b04e90c2
+VEGA_MIME = 'application/vnd.vega.v5+json'
+EMBED_OPTIONS = {'actions': {'editor': False}}   # no link to the online Vega editor (no key 'source' either: nbdev's reader takes any 'source' for cell text)
+
+def lab_vegalite_version() -> str:
+    "The newest Vega-Lite 5 that vl-convert compiles with: its Vega output is what JupyterLab's Vega 5 draws."
+    import vl_convert as vlc
+    fives = [v for v in vlc.get_vegalite_versions() if v.startswith('5.')]
+    return max(fives, key=lambda v: tuple(map(int, v.split('.'))))
+
+def vega_mimebundle(spec: dict, **metadata):
+    "The `nl_embryo` Altair renderer: `spec` (Vega-Lite) compiled to Vega 5 for the front-end's own Vega (offline); a static SVG if it does not compile."
+    import vl_convert as vlc
+    text = ('an interactive Vega chart (JupyterLab and Jupyter Notebook 7 draw it offline; '
+            'elsewhere: nl_embryo.charts.chart_png(chart) or save_chart(chart, path))')
+    try: vega = spec if '/schema/vega/' in str(spec.get('$schema', '')) else vlc.vegalite_to_vega(spec, vl_version=lab_vegalite_version())
+    except ValueError: return {'image/svg+xml': vlc.vegalite_to_svg(spec), 'text/plain': text}, {}
+    embed = {**EMBED_OPTIONS, **(metadata.get('embed_options') or {})}
+    return {VEGA_MIME: vega, 'text/plain': text}, {VEGA_MIME: {'embed_options': embed}}
+
+
+# %% ../nbs/04b_charts.ipynb #2e7dca97
+def use_offline_renderer(force: bool = False) -> bool:
+    "Register the `nl_embryo` renderer and enable it unless the user chose another one (`force`: enable it anyway); True if it is active."
+    import altair as alt
+    if 'nl_embryo' not in alt.renderers.names(): alt.renderers.register('nl_embryo', vega_mimebundle)
+    if force or alt.renderers.active == 'default': alt.renderers.enable('nl_embryo')
+    return alt.renderers.active == 'nl_embryo'
+
+use_offline_renderer()   # on import of nl_embryo.charts, so of every module that draws charts
+

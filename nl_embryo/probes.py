@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
-from .charts import interval_band, save_chart, step_axis   # (save_chart: also importable from here, as before)
+from .charts import interval_band, save_chart, step_axis, step_marks, step_slider   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
 from .timeline import Run
@@ -396,18 +396,24 @@ def parse_tasks(text: str) -> tuple:
 def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None, bands: bool = True):
     """Probe `metric` over steps, one line per layer with its 95% interval as a band, one panel per task (the shared step
     axis). For accuracies the baselines are drawn: majority class (dashed) and most frequent label per word (dotted);
-    the step-0 model is each line's own start."""
+    the step-0 model is each line's own start. Live in a notebook: tooltips, a click on the legend picks a layer, and a
+    step slider marks a checkpoint with each layer's value there."""
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
     baselines = [m for m in ('majority', 'per_word') if metric in ('accuracy', 'control_accuracy') and m in set(df['metric'])]
     d = interval_columns(df[df['metric'].isin([metric] + baselines)])[['step', 'task', 'layer', 'metric', 'value', 'lo', 'hi']]
     x = step_axis(d['step'])
-    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer')
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer',
+                      legend=alt.Legend(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1))   # a line per layer, not its faint band
     mine = alt.datum.metric == metric
+    y = alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False))
+    tooltip = ['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')]
+    pick = alt.selection_point(fields=['layer'], bind='legend', name='pick_layer')
     lines = alt.Chart().transform_filter(mine).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=x, y=alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False)), color=color,
-        tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
-    layers = ([interval_band(x, color=color, opacity=0.1).transform_filter(mine)] if bands else []) + [lines]
+        x=x, y=y, color=color, opacity=alt.condition(pick, alt.value(1), alt.value(0.12)), tooltip=tooltip).add_params(pick)
+    slider, at = step_slider(d['step'])
+    layers = (([interval_band(x, color=color, opacity=0.1).transform_filter(mine)] if bands else []) + [lines] +
+              step_marks(x, at, y=y, color=color, tooltip=tooltip, groupby=['task'], where=mine))
     for b, dash in (('majority', [4, 3]), ('per_word', [1, 2])):
         if b in baselines:
             layers.append(alt.Chart().transform_filter(alt.datum.metric == b).transform_aggregate(value='mean(value)', groupby=['task'])
@@ -415,7 +421,8 @@ def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | 
                           .mark_rule(strokeDash=dash, color='gray').encode(y='value:Q', tooltip=['baseline:N', alt.Tooltip('value:Q', format='.3f')]))
     subtitle = 'bands: 95% intervals; gray: ' + ', '.join({'majority': 'majority class (dashed)', 'per_word': 'most frequent label of the word (dotted)'}[b] for b in baselines) if baselines else 'bands: 95% intervals'
     return alt.layer(*layers, data=d).properties(width=260, height=180).facet(
-        column=alt.Column('task:N', title=None)).properties(title=alt.TitleParams(title or f'probe {metric.replace("_", " ")} by layer', subtitle=subtitle))
+        column=alt.Column('task:N', title=None)).add_params(slider).properties(
+        title=alt.TitleParams(title or f'probe {metric.replace("_", " ")} by layer', subtitle=subtitle))
 
 def probe_heatmap_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None):
     "Probe `metric` as a layer x checkpoint heatmap, one panel per task."

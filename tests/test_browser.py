@@ -6,6 +6,9 @@
     (nbs/tutorials/attention_explorer.ipynb) and runs it; the step slider is moved with the keyboard, the slider's
     read-out changes, and the attention map (a PNG drawn in the kernel) changes: two screenshots differ. The server is
     shut down at the end.
+(c) In the same JupyterLab, a notebook that imports nl_embryo draws a training-curves chart and a probe chart live
+    (JupyterLab's own Vega, through the `nl_embryo` renderer): both are drawn, the probe chart's step slider redraws
+    it, a click on its legend picks a layer, its points show tooltips, and no request leaves 127.0.0.1.
 
 The attention tables come from `shifted_attention_model` (every head attends to a fixed neighbour): steps 0, 10 and 30
 hold the diagonal, previous-token and next-token patterns, so every step looks different. Install what these tests
@@ -13,6 +16,7 @@ need with `tools/browser-deps.sh`; NL_EMBRYO_SKIP_BROWSER=1 skips them where no 
 NL_EMBRYO_BROWSER_SHOTS=DIR keeps the explorer's screenshots in DIR.
 """
 import io, json, os, secrets, shutil, signal, socket, subprocess, sys, time, urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -106,18 +110,13 @@ def _children(pid: int) -> list[int]:
     except psutil.NoSuchProcess: return []
 
 
-@pytest.fixture
-def jupyterlab(tmp_path, tables):
-    "A JupyterLab server on a free 127.0.0.1 port, token-protected, serving a copy of the explorer notebook whose run is `tables`."
-    scores, maps = tables
-    run = tmp_path/'run'; (run/'analysis').mkdir(parents=True); (run/'checkpoints').mkdir()   # a run folder: tables kept, weights not
-    scores.to_parquet(run/'analysis'/'attention.parquet'); maps.to_parquet(run/'analysis'/'attention_maps.parquet')
-    lab = tmp_path/'lab'; lab.mkdir()
-    shutil.copy(EXPLORER_NB, lab/'explorer.ipynb')
+@contextmanager
+def lab_server(tmp_path, lab: Path, notebook: str, **env):
+    "A JupyterLab server on a free 127.0.0.1 port, token-protected, serving `lab`; yields the url of `notebook` and the log; shut down at the end."
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, NL_EMBRYO_RUN=str(run), OMP_NUM_THREADS='1', IPYTHONDIR=str(tmp_path/'ipython'),
+    env = dict(os.environ, OMP_NUM_THREADS='1', IPYTHONDIR=str(tmp_path/'ipython'),
                JUPYTER_CONFIG_DIR=str(tmp_path/'jupyter-config'), JUPYTER_RUNTIME_DIR=str(tmp_path/'jupyter-runtime'),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path/'lab-settings'), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path/'lab-workspaces'))
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path/'lab-settings'), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path/'lab-workspaces'), **env)
     news = tmp_path/'lab-settings'/'@jupyterlab'/'apputils-extension'/'notification.jupyterlab-settings'
     news.parent.mkdir(parents=True); news.write_text(json.dumps({'fetchNews': 'false'}))   # no news prompt over the page
     log = open(tmp_path/'jupyterlab.log', 'wb')
@@ -136,7 +135,7 @@ def jupyterlab(tmp_path, tables):
             except OSError: pass
             if time.time() > deadline: pytest.fail(f"jupyterlab did not answer in 90 s:\n{(tmp_path/'jupyterlab.log').read_text()[-3000:]}")
             time.sleep(0.5)
-        yield dict(url=f'http://127.0.0.1:{port}/lab/tree/explorer.ipynb?token={token}', log=tmp_path/'jupyterlab.log')
+        yield dict(url=f'http://127.0.0.1:{port}/lab/tree/{notebook}?token={token}', log=tmp_path/'jupyterlab.log')
     finally:
         kids = _children(proc.pid)
         try: _api(port, token, '/api/shutdown', method='POST')        # stops the kernels, then the server
@@ -148,6 +147,17 @@ def jupyterlab(tmp_path, tables):
             try: os.kill(pid, signal.SIGKILL)
             except ProcessLookupError: pass
         log.close()
+
+
+@pytest.fixture
+def jupyterlab(tmp_path, tables):
+    "JupyterLab serving a copy of the explorer notebook whose run is `tables`."
+    scores, maps = tables
+    run = tmp_path/'run'; (run/'analysis').mkdir(parents=True); (run/'checkpoints').mkdir()   # a run folder: tables kept, weights not
+    scores.to_parquet(run/'analysis'/'attention.parquet'); maps.to_parquet(run/'analysis'/'attention_maps.parquet')
+    lab = tmp_path/'lab'; lab.mkdir()
+    shutil.copy(EXPLORER_NB, lab/'explorer.ipynb')
+    with lab_server(tmp_path, lab, 'explorer.ipynb', NL_EMBRYO_RUN=str(run)) as server: yield server
 
 
 RUN_ALL = """async () => {
@@ -205,4 +215,111 @@ def test_explorer_slider_changes_the_chart_in_jupyterlab(browser, jupyterlab):
         assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
     finally:
         page.close()
+    assert time.time() - t0 < 120
+
+
+# ---- Altair charts, live in JupyterLab with no network -------------------------------------------------------------
+
+CHART_CELLS = [
+    "import numpy as np, pandas as pd\nfrom nl_embryo.probes import probe_curves_chart\nfrom nl_embryo.timeline import training_curves_chart",
+    "steps = [0, 1, 2, 4, 8, 16, 32, 64, 128]\n"
+    "loss = [9.0 - 0.7 * np.log1p(s) for s in steps]\n"
+    "metrics = pd.DataFrame(dict(step=steps, mlm_loss=loss, loss=loss, mlm_acc=[0.02 + 0.08 * np.log1p(s) for s in steps],\n"
+    "                            eval_mlm_loss=[l + 0.1 for l in loss]))\n"
+    "training_curves_chart(metrics)",
+    "probes = pd.DataFrame([dict(step=s, task=t, layer=l, metric='accuracy', value=v, lo=v - 0.04, hi=v + 0.04)\n"
+    "                       for s in steps for t in ('pos', 'dep') for l in range(4)\n"
+    "                       for v in [0.3 + 0.5 * np.log1p(s) / np.log1p(128) * (l + 1) / 4]])\n"
+    "import altair as alt\nalt.renderers.set_embed_options(renderer='svg')   # the probe chart drawn as SVG: its legend can be clicked\n"
+    "probe_curves_chart(probes)",
+]
+
+INKED = """(el) => {                                                  // inked canvas pixels (/20) or SVG marks of a chart
+    const c = el.querySelector('canvas');
+    if (c) {
+        if (!c.width || !c.height) return 0;
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240)) n++;
+        return n / 20;
+    }
+    const s = el.querySelector('svg.marks');
+    return s ? s.querySelectorAll('path, rect, line, text').length : 0;
+}"""
+
+
+def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
+    """A notebook importing nl_embryo draws a training-curves chart and a probe chart in JupyterLab with no network:
+    both are drawn by JupyterLab's own Vega (the `nl_embryo` renderer), the probe chart's step slider is there, moving
+    it redraws the chart, a click on its legend picks a layer, and its points show tooltips."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+    lab = tmp_path/'lab'; lab.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell(s) for s in CHART_CELLS],
+                                metadata=dict(kernelspec=dict(name='python3', display_name='Python 3', language='python'))),
+                   lab/'charts.ipynb')
+    t0 = time.time()
+    with lab_server(tmp_path, lab, 'charts.ipynb') as server:
+        page = local_page(browser, viewport={'width': 1500, 'height': 1100})
+        try:
+            page.goto(server['url'], timeout=60_000)
+            page.wait_for_function(NOTEBOOK_OPEN, timeout=60_000)
+            page.evaluate(RUN_ALL)
+            charts = page.locator('.jp-RenderedVegaCommon5')
+            try:
+                page.wait_for_function(f"""() => {{
+                    const cs = document.querySelectorAll('.jp-RenderedVegaCommon5');
+                    return cs.length === 2 && [...cs].every(c => ({INKED})(c) > 100);
+                }}""", timeout=90_000)
+            except Exception:
+                errs = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+                texts = page.locator('.jp-OutputArea-output').all_inner_texts()
+                pytest.fail(f"the charts were not drawn: {charts.count()} Vega outputs, notebook errors {errs[-3:]}, "
+                            f"outputs {[t[:200] for t in texts]}, page errors {page.errors}, blocked {page.blocked}\n"
+                            f"server log: {server['log'].read_text()[-2000:]}")
+            assert [charts.nth(i).evaluate(INKED) > 100 for i in range(2)] == [True, True]
+            assert charts.nth(0).locator('canvas').count() == 1 and charts.nth(1).locator('svg.marks').count() == 1
+            assert charts.nth(0).locator('.vega-bindings input[type=range]').count() == 0
+
+            probe = charts.nth(1)
+            slider = probe.locator('.vega-bindings input[type=range]')
+            assert slider.count() == 1 and slider.get_attribute('max') == '8' and slider.input_value() == '8'   # 9 checkpoints, at the last
+            view = probe.locator('.vega-embed canvas, .vega-embed svg.marks').first
+            view.scroll_into_view_if_needed()
+            before = view.screenshot()
+            slider.focus()
+            page.keyboard.press('Home')                                 # the first checkpoint: step 0
+            page.wait_for_function("(el) => el.value === '0'", arg=slider.element_handle(), timeout=10_000)
+            page.wait_for_timeout(500)
+            after = view.screenshot()
+
+            if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):
+                shots = Path(os.environ['NL_EMBRYO_BROWSER_SHOTS']); shots.mkdir(parents=True, exist_ok=True)
+                (shots/'probe-last.png').write_bytes(before); (shots/'probe-step0.png').write_bytes(after)
+                page.screenshot(path=str(shots/'jupyterlab-charts.png'), full_page=True)
+            a, b = _pixels(before), _pixels(after)
+            assert a.shape == b.shape
+            changed = (np.abs(a - b).sum(-1) > 30).mean()
+            assert changed > 0.01, f"only {changed:.3%} of the pixels changed when the slider moved"   # measured: 3%
+
+            probe.locator('.role-legend-label text', has_text='0').first.click()     # a click on the legend picks layer 0
+            page.wait_for_timeout(500)
+            picked_png = view.screenshot()
+            if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'): (Path(os.environ['NL_EMBRYO_BROWSER_SHOTS'])/'probe-layer0.png').write_bytes(picked_png)
+            faded = (np.abs(_pixels(picked_png) - b).sum(-1) > 30).mean()       # measured: 3% (the other layers fade)
+            assert faded > 0.01, f"only {faded:.3%} of the pixels changed when a layer was picked in the legend"
+
+            box, tip = view.bounding_box(), page.locator('#vg-tooltip-element')      # tooltips: sweep the pointer over the panels
+            for fy in np.linspace(0.2, 0.85, 14):
+                for fx in np.linspace(0.08, 0.75, 40):
+                    page.mouse.move(box['x'] + fx * box['width'], box['y'] + fy * box['height'])
+                    if tip.count() and 'visible' in (tip.get_attribute('class') or ''): break
+                else: continue
+                break
+            assert tip.count() and 'visible' in (tip.get_attribute('class') or ''), 'no tooltip anywhere over the probe chart'
+            assert all(f'{k}:' in tip.inner_text() for k in ('task', 'step', 'layer', 'value')), tip.inner_text()
+            assert page.errors == [], page.errors
+            assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
+        finally:
+            page.close()
     assert time.time() - t0 < 120

@@ -280,3 +280,16 @@ def test_notebooks_are_light_and_carry_no_widget_state():
         assert 'widgets' not in nb.get('metadata', {}), f"{nb_path.relative_to(ROOT)} carries saved widget state"
         limit = 300_000 if 'tutorials' in nb_path.parts else 400_000
         assert nb_path.stat().st_size < limit, f"{nb_path.relative_to(ROOT)}: {nb_path.stat().st_size:,} bytes (limit {limit:,})"
+
+
+def test_live_chart_outputs_to_svg(tmp_path):
+    """What the `nl_embryo` renderer shows in a notebook (a Vega 5 spec for JupyterLab's own Vega) goes through nbdev's
+    processing (execnb's reader takes any key named `source` for text) and becomes a static SVG on the docs pages."""
+    from execnb.nbio import read_nb, write_nb
+    from nl_embryo.charts import VEGA_MIME, vega_mimebundle
+    bundle, meta = vega_mimebundle(_chart().properties(title='loss over steps').to_dict())
+    nbformat.write(new_notebook(cells=[new_code_cell('chart', outputs=[new_output('display_data', data=bundle, metadata=meta)])]), tmp_path/'a.ipynb')
+    write_nb(read_nb(tmp_path/'a.ipynb'), tmp_path/'b.ipynb')                    # what nbdev_proc_nbs does to every page
+    o = nbformat.read(tmp_path/'b.ipynb', as_version=4).cells[0].outputs[0]
+    assert chart_output_to_svg(o) and list(o.data) == ['text/plain', 'text/html'] and VEGA_MIME not in o.data
+    assert '<svg' in o.data['text/html'] and 'loss over steps' in o.data['text/html'] and 'http' not in o.data['text/html'].replace('http://www.w3.org', '')
