@@ -648,19 +648,21 @@ from fastcore.basics import patch
 
 # %% ../nbs/08_attention.ipynb #0bf7e459
 def step_slider_chart(maps: pd.DataFrame, layer: int, head: int, sentence: int = -1, size: int = 260):
-    "One head's map with a step slider (a Vega-Lite parameter `checkpoint` bound to a range input): all steps' maps in one chart, no kernel needed."
+    "One head's map with a step slider (`step_slider`: a Vega-Lite parameter `checkpoint` bound to a range input): all steps' maps in one chart, no kernel needed."
     import altair as alt
     d = maps[(maps['layer'] == layer) & (maps['head'] == head) & (maps['sentence'] == sentence)]
     if d.empty: raise NlEmbryoError(f"no maps for layer {layer}, head {head}, sentence {sentence}", "choose a layer and head the maps hold (numbered from 1)")
     steps = sorted(int(s) for s in d['step'].unique())
-    d = d[['step', 'query', 'key', 'value']].assign(checkpoint=d['step'].map({s: i for i, s in enumerate(steps)}).astype(int))
-    at = alt.param(name='checkpoint', value=len(steps) - 1, bind=alt.binding_range(min=0, max=len(steps) - 1, step=1, name='checkpoint '))
+    # each row names its checkpoint only; its step is computed in the chart (a lighter spec: every step's map is in it)
+    d = d[['query', 'key', 'value']].assign(checkpoint=d['step'].map({s: i for i, s in enumerate(steps)}).astype(int))
+    at, step = step_slider(steps, name='checkpoint')   # the slider param and the expression of the step it points at
     what = 'average over sentences' if sentence < 0 else f'sentence {sentence}'
-    title = alt.TitleParams(alt.ExprRef(f"{json.dumps(f'layer {layer}, head {head} ({what}), step ')} + {json.dumps(steps)}[checkpoint]"))
+    title = alt.TitleParams(alt.ExprRef(f"{json.dumps(f'layer {layer}, head {head} ({what}), step ')} + {step}"))
     return alt.Chart(_data(d)).mark_rect().encode(
         x=alt.X('key:O', axis=None), y=alt.Y('query:O', axis=None), color=_map_color(),
         tooltip=['step:O', 'query:O', 'key:O', alt.Tooltip('value:Q', format='.3f')]
-    ).add_params(at).transform_filter('datum.checkpoint == checkpoint').properties(width=size, height=size, title=title)
+    ).add_params(at).transform_filter(f'datum.checkpoint == {at.name}').transform_calculate(
+        step=f'{json.dumps(steps)}[datum.checkpoint]').properties(width=size, height=size, title=title)
 
 # %% ../nbs/08_attention.ipynb #4bb7967e
 @patch
