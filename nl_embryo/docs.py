@@ -15,11 +15,11 @@ from .core import NlEmbryoError, atomic_dir, atomic_write_text, project_root
 
 # %% auto #0
 __all__ = ['SITE_ASSETS', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks', 'process_notebooks',
-           'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'chart_output_to_svg',
-           'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs', 'add_methods_to_proc',
-           'plain_markdown', 'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html', 'nav_html',
-           'html_exporter', 'render_page', 'fix_notebook_links', 'check_links', 'search_entries', 'write_search_index',
-           'write_readme', 'DocsReport', 'build_docs', 'notebook_to_html']
+           'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'has_live_chart',
+           'chart_output_to_svg', 'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs',
+           'add_methods_to_proc', 'plain_markdown', 'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html',
+           'nav_html', 'html_exporter', 'render_page', 'fix_notebook_links', 'check_links', 'search_entries',
+           'write_search_index', 'write_readme', 'DocsReport', 'build_docs', 'notebook_to_html']
 
 # %% ../nbs/16_docs.ipynb #2407bead
 def find_project(root=None) -> Path:
@@ -230,17 +230,25 @@ def _unique_svg_ids(svg: str, prefix: str) -> str:
         svg = svg.replace(f'id="{i}"', f'id="{prefix}{i}"').replace(f'#{i})', f'#{prefix}{i})').replace(f'"#{i}"', f'"#{prefix}{i}"')
     return svg
 
-def _bound_params(spec) -> bool:
-    "Does a Vega-Lite spec bind a parameter to an input (a slider, a menu)? Such a chart needs a live view to be explored."
-    if isinstance(spec, list): return any(_bound_params(v) for v in spec)
+def _bound_params(spec, mode: str = 'vega-lite') -> bool:
+    "Does a spec bind an input (a slider, a menu) to a parameter (Vega-Lite's `params`) or a signal (Vega's `signals`, `mode='vega'`)? Such a chart needs a live view to be explored."
+    key = 'signals' if mode == 'vega' else 'params'
+    if isinstance(spec, list): return any(_bound_params(v, mode) for v in spec)
     if not isinstance(spec, dict): return False
-    if any(isinstance(p, dict) and p.get('bind') for p in spec.get('params') or []): return True
-    return any(_bound_params(v) for k, v in spec.items() if k not in ('data', 'datasets'))
+    if any(isinstance(p, dict) and p.get('bind') for p in spec.get(key) or []): return True
+    return any(_bound_params(v, mode) for k, v in spec.items() if k not in ('data', 'datasets'))
+
+_LIVE_CHART = '<div class="nl-chart nl-live"'
+
+def has_live_chart(page: str) -> bool:
+    "Does html `page` hold a live chart (one that `chart_output_to_svg` made), so that it needs the site's Vega bundle?"
+    return _LIVE_CHART in page
 
 def chart_output_to_svg(output, inline: bool = True) -> bool:
-    """Replace a chart output (Vega-Lite mime bundle or vega-embed html) by a static SVG, in place: inline html (`inline`)
-    or an `image/svg+xml`. A chart with inputs bound to parameters (a step slider) becomes, inline, a live view: the
-    site's own Vega bundle draws the spec, the SVG stays as its picture until then. True if it did."""
+    """Replace a chart output (a Vega-Lite or Vega 5 mime bundle, as the `nl_embryo` renderer stores it, or vega-embed
+    html) by a static SVG, in place: inline html (`inline`) or an `image/svg+xml`. A chart with an input bound to a
+    parameter or signal (a step slider) becomes, inline, a live view: the site's own Vega bundle draws the spec (in the
+    `data-mode` it names, 'vega' or 'vega-lite'), the SVG stays as its picture until then. True if it did."""
     from nbformat import from_dict
     data = output.get('data') or {}
     if 'image/svg+xml' in data or 'image/png' in data:
@@ -252,9 +260,9 @@ def chart_output_to_svg(output, inline: bool = True) -> bool:
     if spec is None: return False
     svg, new = spec_to_svg(*spec), {'text/plain': data.get('text/plain', '')}
     svg = _unique_svg_ids(svg, f"c{uuid.uuid4().hex[:6]}-")
-    if inline and spec[1] == 'vega-lite' and _bound_params(spec[0]):
+    if inline and _bound_params(*spec):
         js = json.dumps(spec[0]).replace('</', '<\\/')
-        new['text/html'] = (f'<div class="nl-chart nl-live" data-mode="vega-lite"><div class="nl-view"></div><div class="nl-static">{svg}</div>'
+        new['text/html'] = (f'{_LIVE_CHART} data-mode="{spec[1]}"><div class="nl-view"></div><div class="nl-static">{svg}</div>'
                             f'<script type="application/json" class="nl-spec">{js}</script></div>')
     elif inline: new['text/html'] = f'<div class="nl-chart">{svg}</div>'
     else: new['image/svg+xml'] = svg
@@ -338,7 +346,7 @@ def add_methods_to_proc(proc: Path, rels, cfg) -> int:
     try:
         for rel in rels:
             nb = _read_nb(proc/rel)
-            page = _page_name(rel, _frontmatter(_read_nb(proc/rel)))
+            page = _page_name(rel, _frontmatter(nb, pop=False))   # the frontmatter stays: the notebook is written back
             if k := add_method_docs(nb, symbols, page):
                 nbformat.write(nb, proc/rel); n += k
     finally: sys.path.remove(lib_dir)
@@ -348,15 +356,16 @@ def add_methods_to_proc(proc: Path, rels, cfg) -> int:
 _re_opt = re.compile(r'^\s*#\|\s*([\w-]+)\s*:\s*(.*?)\s*$')
 _re_attr_link = re.compile(r'\[([^\]\n]+)\]\(([^)\s]+)\)\{([^}\n]*)\}')
 
-def _frontmatter(nb) -> dict:
-    "Pop the YAML frontmatter that nbdev put in a raw cell (title, description, output-file) and return it."
+def _frontmatter(nb, pop: bool = True) -> dict:
+    "The YAML frontmatter that nbdev put in a raw cell (title, description, output-file), taken out of `nb` (`pop`) or left there."
     import yaml
     for i, c in enumerate(nb.cells):
         if c.cell_type == 'raw' and (m := re.match(r'^\s*---\s*\n(.*?)\n---\s*$', c.source, re.S)):
             try: fm = yaml.safe_load(m.group(1)) or {}
             except yaml.YAMLError: continue
             if isinstance(fm, dict):
-                del nb.cells[i]; return fm
+                if pop: del nb.cells[i]
+                return fm
     return {}
 
 def _page_name(rel: str, fm: dict) -> str:
@@ -422,7 +431,7 @@ def prepare_notebook(nb, inline_svg: bool = True) -> tuple[dict, int]:
     return fm, charts
 
 # %% ../nbs/16_docs.ipynb #f834aca6
-_SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) and the live Vega-Lite charts (window.vegaEmbed)
+_SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) and the live Vega and Vega-Lite charts (window.vegaEmbed, mode from data-mode)
 (function () {
   function score(e, q, words) {
     var t = e.t.toLowerCase(), s = (e.s || '').toLowerCase(), k = e.k === 'api' ? 5 : e.k === 'page' ? 3 : 0;
@@ -528,7 +537,7 @@ def _site_scripts(page: str, root: str | None) -> str:
     if root is None: return re.sub(r'<script>\s*\(function\(\) \{\s*function addWidgetsRenderer\(\).*?</script>', '', page, flags=re.S)
     page = page.replace(f"'{_WIDGETS_SLOT}'", f"'{root}_static/widgets/embed.js'")
     tail = f'<script src="{root}_static/search_index.js"></script>\n'
-    if 'nl-live' in page: tail += f'<script src="{root}_static/vega/vega-bundle.js"></script>\n'
+    if has_live_chart(page): tail += f'<script src="{root}_static/vega/vega-bundle.js"></script>\n'
     return page.replace('</body>', f'{tail}<script src="{root}_static/nl-docs.js"></script>\n</body>', 1)
 
 # %% ../nbs/16_docs.ipynb #5dbefc79
@@ -635,8 +644,9 @@ class _PageLinks(HTMLParser):
         if (k := self._LINKS.get(tag)) and a.get(k): self.links.append(a[k])
 
 def check_links(site) -> list[str]:
-    "The dead internal links of the html site in folder `site`, one `page: link` each: a missing file, or an anchor the page lacks."
+    "The dead internal links of the html site in folder `site`, one `page: link` each: a missing file, a file outside the site (`../README.md`), or an anchor the page lacks."
     site, pages = Path(site), {}
+    root = site.resolve()
     for p in sorted(Path(site).rglob('*.html')):
         pl = _PageLinks(); pl.feed(p.read_text(encoding='utf-8', errors='replace')); pages[p.resolve()] = pl
     dead = []
@@ -646,10 +656,10 @@ def check_links(site) -> list[str]:
             path, _, frag = href.partition('#')
             path = path.split('?')[0]
             target = (p.parent/unquote(path)).resolve() if path else p
-            if not target.exists(): dead.append(f"{p.relative_to(site.resolve()).as_posix()}: {href}"); continue
+            if not target.is_relative_to(root) or not target.exists(): dead.append(f"{p.relative_to(root).as_posix()}: {href}"); continue
             ids = pages[target].ids if target in pages else set()
             if frag and target.suffix == '.html' and frag not in ids and unquote(frag) not in ids:   # browsers try the fragment as written, then decoded
-                dead.append(f"{p.relative_to(site.resolve()).as_posix()}: {href}")
+                dead.append(f"{p.relative_to(root).as_posix()}: {href}")
     return dead
 
 # %% ../nbs/16_docs.ipynb #ac098b25
@@ -771,7 +781,7 @@ def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, e
         (tmp/page).parent.mkdir(parents=True, exist_ok=True)
         (tmp/page).write_text(fix_notebook_links(text, page, html_of), encoding='utf-8')
         widgets |= f"'{_root(page)}_static/widgets/embed.js'" in text
-        vega |= 'class="nl-chart nl-live"' in text
+        vega |= has_live_chart(text)
     for f in proc.rglob('*'):   # images and other files the pages refer to
         r = f.relative_to(proc)
         if f.is_file() and f.suffix.lower() in _ASSETS and not any(s.startswith(('_', '.')) for s in r.parts):

@@ -293,3 +293,25 @@ def test_live_chart_outputs_to_svg(tmp_path):
     o = nbformat.read(tmp_path/'b.ipynb', as_version=4).cells[0].outputs[0]
     assert chart_output_to_svg(o) and list(o.data) == ['text/plain', 'text/html'] and VEGA_MIME not in o.data
     assert '<svg' in o.data['text/html'] and 'loss over steps' in o.data['text/html'] and 'http' not in o.data['text/html'].replace('http://www.w3.org', '')
+
+
+def test_no_notebook_output_loads_a_script_from_the_web():
+    """Altair's default html output loads Vega from cdn.jsdelivr.net, which leaves the chart blank offline (issue 16): no
+    stored output of any notebook under nbs/ may name a CDN or load a script from an `http(s)://` address."""
+    import json
+    script = re.compile(r'<script\b[^>]*\bsrc\s*=\s*["\']?(?:https?:)?//', re.I)          # <script src="https://...">
+    loader = re.compile(r'<script\b[^>]*>((?:(?!</script>).)*)</script>', re.I | re.S)     # an inline script's code
+    url = re.compile(r'["\'](?:https?:)?//[^"\']+["\']')
+    bad = []
+    for nb_path in sorted((ROOT/'nbs').rglob('*.ipynb')):
+        if '.ipynb_checkpoints' in nb_path.parts: continue
+        for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
+            for o in c.get('outputs', []):
+                for mime, v in (o.get('data') or {}).items():
+                    text = ''.join(v) if isinstance(v, list) else v if isinstance(v, str) else json.dumps(v)
+                    codes = [text] if 'javascript' in mime else [m.group(1) for m in loader.finditer(text)] if 'html' in mime else []
+                    # a script's URLs other than a Vega/Vega-Lite "$schema" (an identifier, never fetched)
+                    urls = [u for code in codes for u in url.findall(re.sub(r'"\$schema"\s*:\s*"[^"]*"', '', code))]
+                    if 'cdn.jsdelivr' in text or script.search(text) or urls:
+                        bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({mime}): {urls[:2] or 'cdn.jsdelivr / script src'}")
+    assert bad == [], bad

@@ -151,8 +151,10 @@ def test_sticky_sidebar_and_table_of_contents(site, browser):
     finally:
         p.close()
     assert height > 8000 and nav['y'] > 5000, (height, nav)            # a long page, scrolled to its end
-    assert nav['pos'] == 'sticky' and nav['top'] == 0 and nav['bottom'] > 500, nav   # the sidebar is still in view
-    assert len(toc) == heads >= 10 and missing == [] and toc_box == 0, (len(toc), heads, missing, toc_box)
+    # the sidebar is still in view, at the top to within a pixel (a live chart drawn by Vega can leave the page a
+    # fractional height, so the page scrolled to its end sits a fraction of a pixel off)
+    assert nav['pos'] == 'sticky' and abs(nav['top']) < 1 and nav['bottom'] > 500, nav
+    assert len(toc) == heads >= 10 and missing == [] and abs(toc_box) < 1, (len(toc), heads, missing, toc_box)
     assert ['ProbeTask', '#probetask'] in toc
 
 
