@@ -158,8 +158,9 @@ class _LinearLogSumExp(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight, bias, lse = ctx.saved_tensors; c = ctx.chunk
         gx = torch.empty_like(x); gw = torch.zeros_like(weight, dtype=torch.float32); gb = torch.zeros_like(bias, dtype=torch.float32)
+        w, b = weight.to(x.dtype), bias.to(x.dtype)      # the forward's precision (bf16 under autocast), which a CPU backward does not restore
         for s in range(0, x.shape[0], c):                                      # d lse / d logits = softmax: recomputed per chunk
-            p = F.linear(x[s:s + c], weight, bias).float().sub_(lse[s:s + c, None]).exp_().mul_(grad[s:s + c, None])
+            p = F.linear(x[s:s + c], w, b).float().sub_(lse[s:s + c, None]).exp_().mul_(grad[s:s + c, None])
             gx[s:s + c] = (p.to(weight.dtype) @ weight).to(x.dtype)
             gw.addmm_(p.t(), x[s:s + c].float()); gb += p.sum(0)
         return gx, gw.to(weight.dtype), gb.to(bias.dtype), None
@@ -664,6 +665,8 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     run = Path(cfg.out)
     device = get_device(cfg.device)
     bf16 = cfg.precision == 'bf16' or (cfg.precision == 'auto' and native_bf16(device))
+    from accelerate.state import AcceleratorState
+    AcceleratorState._reset_state()      # one process may train runs in several precisions (the distributed state is kept)
     acc = Accelerator(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no')
     device = acc.device
     if device.type == 'cuda':
