@@ -628,11 +628,14 @@ def _read_metrics(path: Path) -> list[dict]:
     return rows
 
 def _evaluate(module, batches, seed, device, **override):
-    "Mean objective statistics on the eval batches, with fixed masks (no dropout, no gradient); `override`s the objective's options."
+    """Mean objective statistics on the eval batches, with fixed masks (no dropout, no gradient), in float32 whatever
+    the training precision (Accelerate's autocast wrapper is left out), so runs in any precision are scored alike;
+    `override`s the objective's options."""
     module.eval(); stats = {}
+    forward = getattr(module, '_original_forward', module)
     with torch.no_grad():
         for i, b in enumerate(batches):
-            out = module(torch.from_numpy(b).to(device), step_generator(seed, -1 - i, device), **override)
+            out = forward(torch.from_numpy(b).to(device), step_generator(seed, -1 - i, device), **override)
             vals = {k: v for k, v in out.items() if k != 'loss' and torch.is_tensor(v)}
             for k, v in zip(vals, torch.stack([v.float() for v in vals.values()]).tolist()): stats.setdefault(k, []).append(v)
     module.train()
