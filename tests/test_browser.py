@@ -174,17 +174,27 @@ NOTEBOOK_OPEN = """() => {
 }"""
 
 
+def open_and_run(page, url):
+    "Open JupyterLab at `url` (a notebook), wait until the notebook is open and run all its cells."
+    page.goto(url, timeout=60_000)
+    page.wait_for_function(NOTEBOOK_OPEN, timeout=60_000)
+    page.evaluate(RUN_ALL)
+
+
+def stderr_outputs(page) -> list[str]:
+    "The texts of the notebook's stderr outputs (what a failing cell printed)."
+    return page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+
+
 def test_explorer_slider_changes_the_chart_in_jupyterlab(browser, jupyterlab):
     t0 = time.time()
     page = local_page(browser, viewport={'width': 1500, 'height': 1100})
     try:
-        page.goto(jupyterlab['url'], timeout=60_000)
-        page.wait_for_function(NOTEBOOK_OPEN, timeout=60_000)
-        page.evaluate(RUN_ALL)
+        open_and_run(page, jupyterlab['url'])
         chart = page.locator('.nl-attention-map')
         try: chart.locator('img').first.wait_for(state='visible', timeout=90_000)
         except Exception:
-            errs = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+            errs = stderr_outputs(page)
             pytest.fail(f"the explorer did not appear; notebook errors: {errs[-3:]}\nserver log: {jupyterlab['log'].read_text()[-2000:]}")
         readout = page.locator('.nl-step-slider .widget-readout')
         assert readout.inner_text().strip() == '30'
@@ -262,9 +272,7 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
     with lab_server(tmp_path, lab, 'charts.ipynb') as server:
         page = local_page(browser, viewport={'width': 1500, 'height': 1100})
         try:
-            page.goto(server['url'], timeout=60_000)
-            page.wait_for_function(NOTEBOOK_OPEN, timeout=60_000)
-            page.evaluate(RUN_ALL)
+            open_and_run(page, server['url'])
             charts = page.locator('.jp-RenderedVegaCommon5')
             try:
                 page.wait_for_function(f"""() => {{
@@ -272,7 +280,7 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
                     return cs.length === 2 && [...cs].every(c => ({INKED})(c) > 100);
                 }}""", timeout=90_000)
             except Exception:
-                errs = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+                errs = stderr_outputs(page)
                 texts = page.locator('.jp-OutputArea-output').all_inner_texts()
                 pytest.fail(f"the charts were not drawn: {charts.count()} Vega outputs, notebook errors {errs[-3:]}, "
                             f"outputs {[t[:200] for t in texts]}, page errors {page.errors}, blocked {page.blocked}\n"
