@@ -1,0 +1,93 @@
+"""Demo recipes: which size and recipe make the demo's embryo visible, judged by the demo's own checks.
+
+Each variant is the demo's run (`nl_embryo.demo.demo_config`: the `english` corpus, blocks of 64, batch 32, 1,000 steps:
+2M tokens, evaluated every 100 steps on 8 batches) with a few options changed. After pre-training, mask prediction
+(the reconstruction analysis: one masked word per copy, at least 200 words per group) runs on the last checkpoint.
+Printed per variant: the held-out MLM loss's distance below the unigram entropy, the POS classes whose masked words are
+predicted exactly with the lower end of the 95% interval above 0 (the demo's check 2 needs 4), and each class's
+accuracy. One seed per variant: the `pretrain` chapter measured mini's seed spread at 0.65-0.72 nat below the plateau,
+so differences of a few hundredths are noise.
+
+Runs go to separate processes, `--workers` at a time, each on `--threads` threads (the default, 2 x 1, uses both
+cores of the project's machine; a tiny run takes about 8 minutes that way).
+
+    python bench/demo_recipes.py [--variants all|'NAME|NAME'] [--workers 2] [--threads 1] [--steps N] [--out DIR]
+
+(`--steps`: every variant at N steps instead of its own, for a quick look; the table above is at the variants' own.)
+"""
+import argparse, json, os, subprocess, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+VARIANTS = {   # name -> demo_config overrides (mini: the demo's default; tiny: --preset tiny)
+    'mini (the demo)': {},
+    'mini, batch 16 x 2000 steps': dict(batch_size=16, steps=2000),
+    'mini, lr 1e-3': dict(lr=1e-3),
+    'mini, lr 1.5e-3': dict(lr=1.5e-3),
+    'mini, 50% masking, warm-up 0.25': dict(mask_prob=0.5, warmup=0.25),
+    'mini, 50% masking, warm-up 0.25, 1250 steps': dict(mask_prob=0.5, warmup=0.25, steps=1250),
+    'tiny (its recipe: 30%, warm-up 0.5)': dict(preset='tiny', mask_prob=0.3, warmup=0.5),
+    'tiny, lr 2e-3': dict(preset='tiny', mask_prob=0.3, warmup=0.5, lr=2e-3),
+    'tiny, warm-up 0.1': dict(preset='tiny', mask_prob=0.3, warmup=0.1),
+    'tiny, 40% masking, warm-up 0.25': dict(preset='tiny', mask_prob=0.4, warmup=0.25),
+    'tiny, 40% masking, warm-up 0.1': dict(preset='tiny', mask_prob=0.4, warmup=0.1),
+    'tiny, 50% masking, warm-up 0.25 (the tiny demo)': dict(preset='tiny'),
+    'tiny, 60% masking, warm-up 0.25': dict(preset='tiny', mask_prob=0.6, warmup=0.25),
+    'tiny, 50% masking, all [MASK] (100/0/0)': dict(preset='tiny', mask_split='100/0/0'),
+}
+
+
+def child(spec):
+    import torch, warnings
+    warnings.filterwarnings('ignore')
+    torch.set_num_threads(spec['threads'])
+    from nl_embryo.demo import demo_config, run_analyses
+    from nl_embryo.pretrain import list_checkpoints, pretrain
+    from nl_embryo.timeline import Run
+    t0 = time.perf_counter()
+    run_dir = pretrain(demo_config(spec['out'], **spec['options']), quiet=True)
+    train_s = time.perf_counter() - t0
+    last = max(list_checkpoints(run_dir, warn=False))
+    run_analyses(run_dir, steps=[last], analyses=['reconstruction'], progress=False)
+    run = Run(run_dir)
+    ev = run.metrics().dropna(subset=['eval_mlm_loss'])
+    t = run.table('reconstruction')
+    d = t[(t['task'] == 'prediction') & (t['grouping'] == 'pos') & (t['step'] == last)]
+    print(json.dumps(dict(name=spec['name'], below=float(run.config['unigram_entropy'] - ev['eval_mlm_loss'].iloc[-1]),
+                          train_s=round(train_s), groups=sorted(d.loc[d['lo'] > 0, 'group']),
+                          acc={g: [round(v, 3), round(lo, 3), round(hi, 3)] for g, v, lo, hi in zip(d['group'], d['value'], d['lo'], d['hi'])})))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--variants', default='all', help=f"names separated by | or 'all' (of: {' | '.join(VARIANTS)})")
+    ap.add_argument('--steps', type=int, default=None, help="every variant at this many steps (default: the variant's own)")
+    ap.add_argument('--workers', type=int, default=2); ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--out', default=None, help='folder of the runs (default: a temporary folder)')
+    ap.add_argument('--child', help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child: return child(json.loads(a.child))
+    names = list(VARIANTS) if a.variants == 'all' else [n.strip() for n in a.variants.split('|')]
+    if unknown := [n for n in names if n not in VARIANTS]: sys.exit(f"unknown variant(s) {unknown}: choose from {list(VARIANTS)}")
+    out = Path(a.out or tempfile.mkdtemp(prefix='demo-recipes-'))
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+
+    def run(i_name):
+        i, name = i_name
+        options = dict(VARIANTS[name], **({} if a.steps is None else dict(steps=a.steps)))
+        spec = dict(name=name, options=options, threads=a.threads, out=str(out/f'v{i:02d}'))
+        r = subprocess.run([sys.executable, __file__, '--child', json.dumps(spec)], capture_output=True, text=True, env=env)
+        if r.returncode: print(f"failed: {name}\n{r.stderr[-2000:]}", file=sys.stderr); return None
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        print(f"{name:50s} {res['below']:+.3f} nat below | {len(res['groups'])} POS classes above 0: {', '.join(res['groups']) or '-'} "
+              f"| {res['train_s']} s of pre-training", flush=True)
+        return res
+    print(f"{len(names)} variant(s), {a.workers} at a time on {a.threads} thread(s) each; runs in {out}")
+    with ThreadPoolExecutor(a.workers) as pool: results = [r for r in pool.map(run, enumerate(names)) if r]
+    print('\nmask prediction by POS at the last checkpoint (accuracy [95% interval]):')
+    for r in results:
+        print(f"  {r['name']}: " + '; '.join(f"{g} {v:.3f} [{lo:.3f}, {hi:.3f}]" for g, (v, lo, hi) in r['acc'].items() if v > 0))
+
+
+if __name__ == '__main__':
+    main()
