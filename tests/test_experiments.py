@@ -79,27 +79,32 @@ def test_objectives_notebook_compares_at_equal_flops(tmp_path, monkeypatch):
     assert set(pd.read_csv(out_dir/'orderings.csv')['verdict']) <= VERDICTS
 
 
-def test_recorded_cpu_interventions_agree_with_their_tables():
-    """The committed CPU run of the interventions notebook (nbs/data/experiments/interventions-cpu): every verdict in
-    orderings.csv follows from the per-seed values in summary.csv, and the notebook and the results summary quote them."""
+@pytest.mark.parametrize('folder, notebook, row', [('interventions-cpu', 'interventions', 'intervention'),
+                                                  ('l1-transfer-cpu', 'l1_transfer', 'l1'),
+                                                  ('objectives-cpu', 'objectives', 'arch')])
+def test_recorded_cpu_runs_agree_with_their_tables(folder, notebook, row):
+    """The committed CPU runs of the experiment notebooks (nbs/data/experiments/*-cpu): every verdict in orderings.csv
+    follows from the per-seed values in summary.csv, each row has 3 seeds, and the notebook and the results summary
+    quote the verdicts."""
     import json
     from nl_embryo.finetune import compare_rows
-    d = ROOT/'nbs'/'data'/'experiments'/'interventions-cpu'
+    d = ROOT/'nbs'/'data'/'experiments'/folder
     summary = pd.read_csv(d/'summary.csv')
     summary['values'] = summary['values'].map(json.loads)          # written as a list: [0.536, 0.566, 0.522]
-    assert (summary.loc[summary['intervention'] != 'majority', 'n_seeds'] == 3).all()     # 3 seeds per row
+    assert (summary.loc[summary[row] != 'majority', 'n_seeds'] == 3).all()     # 3 seeds per row
     recorded = pd.read_csv(d/'orderings.csv')
+    assert len(recorded) and set(recorded['verdict']) <= VERDICTS
     pairs = [tuple(c.split(' > ')) for c in recorded['claim']]
-    again = compare_rows(summary, pairs, row='intervention')
+    again = compare_rows(summary, pairs, row=row)
     assert list(again['verdict']) == list(recorded['verdict'])
     assert (again['difference'] - recorded['difference']).abs().max() < 1e-3
     table = pd.read_csv(d/'table.csv', index_col=0)
-    avg = summary[summary['task'] == 'avg'].set_index('intervention')['mean']
+    avg = summary[summary['task'] == 'avg'].set_index(row)['mean']
     assert (table['avg'] - avg.reindex(table.index)).abs().max() < 1e-3
     sources = {n: ''.join(''.join(c['source']) for c in json.loads((ROOT/'nbs'/'experiments'/f'{n}.ipynb').read_text())['cells'])
-               for n in ('interventions', 'results')}
+               for n in (notebook, 'results')}
     for r in recorded.itertuples():
         num = lambda x: f"{x:+.3f}".replace('-', '−')                      # the tables print a minus sign
         line = f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)})"
-        assert line in sources['interventions'], line
+        assert line in sources[notebook], line
         assert f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)}) | {r.verdict}" in sources['results'], r.claim
