@@ -15,10 +15,10 @@ def run_cli(*args, check=True, timeout=600):
 
 @pytest.fixture(scope='module')
 def tiny_run(tmp_path_factory, small_corpus):
-    "A tiny BERT pre-trained for 4 steps on the small nested-zipf corpus, checkpoints at steps 0 and 4."
+    "A mini BERT pre-trained for 4 steps on the small nested-zipf corpus, checkpoints at steps 0 and 4."
     from nl_embryo.pretrain import PretrainConfig, pretrain
     out = tmp_path_factory.mktemp('cli')/'run'
-    return pretrain(PretrainConfig(out=str(out), arch='bert', preset='tiny', corpus='nested-zipf', block_size=32,
+    return pretrain(PretrainConfig(out=str(out), arch='bert', preset='mini', corpus='nested-zipf', block_size=32,
                                    steps=4, batch_size=4, checkpoints='0,4', corpus_tokens=40_000), quiet=True)
 
 
@@ -32,7 +32,7 @@ def test_analyze_writes_every_table(tiny_run):
         assert f"{name}:" in r.stdout
     probes = pd.read_parquet(tiny_run/'analysis'/'probes.parquet')
     assert {'layer', 'task', 'metric', 'value'} <= set(probes.columns)
-    assert set(probes['layer']) == set(range(5))          # embeddings + 4 layers of the tiny preset
+    assert set(probes['layer']) == set(range(5))          # embeddings + 4 layers of the mini preset
     attention = pd.read_parquet(tiny_run/'analysis'/'attention.parquet')
     assert {'layer', 'head', 'pattern', 'value'} <= set(attention.columns)
 
