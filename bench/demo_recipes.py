@@ -3,7 +3,8 @@
 Each variant is the demo's run (`nl_embryo.demo.demo_config`: the `english` corpus, blocks of 64, batch 32, 1,000 steps:
 2M tokens, evaluated every 100 steps on 8 batches) with a few options changed. After pre-training, mask prediction
 (the reconstruction analysis: one masked word per copy, at least 200 words per group) runs on the last checkpoint.
-Printed per variant: the held-out MLM loss's distance below the unigram entropy, the POS classes whose masked words are
+Printed per variant: the held-out MLM loss's distance below the unigram entropy (every scored token [MASK]ed, as the
+loop's eval does since 2026-11-24: see bench/eval_split.py), the POS classes whose masked words are
 predicted exactly with the lower end of the 95% interval above 0 (the demo's check 2 needs 4), and each class's
 accuracy. One seed per variant: the `pretrain` chapter measured mini's seed spread at 0.65-0.72 nat below the plateau,
 so differences of a few hundredths are noise.
@@ -19,21 +20,23 @@ import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-VARIANTS = {   # name -> demo_config overrides (mini: the demo's default; tiny: --preset tiny)
-    'mini (the demo)': {},
-    'mini, batch 16 x 2000 steps': dict(batch_size=16, steps=2000),
-    'mini, lr 1e-3': dict(lr=1e-3),
-    'mini, lr 1.5e-3': dict(lr=1.5e-3),
-    'mini, 50% masking, warm-up 0.25': dict(mask_prob=0.5, warmup=0.25),
-    'mini, 50% masking, warm-up 0.25, 1250 steps': dict(mask_prob=0.5, warmup=0.25, steps=1250),
+VARIANTS = {   # name -> demo_config overrides (tiny, 50% masking, warm-up 0.25: the demo's default; mini: --preset mini)
+    'mini (--preset mini)': dict(preset='mini'),
+    'mini, batch 16 x 2000 steps': dict(preset='mini', batch_size=16, steps=2000),
+    'mini, lr 1e-3': dict(preset='mini', lr=1e-3),
+    'mini, lr 1.5e-3': dict(preset='mini', lr=1.5e-3),
+    'mini, 50% masking, warm-up 0.25': dict(preset='mini', mask_prob=0.5, warmup=0.25),
+    'mini, 50% masking, warm-up 0.25, 1250 steps': dict(preset='mini', mask_prob=0.5, warmup=0.25, steps=1250),
     'tiny (its recipe: 30%, warm-up 0.5)': dict(preset='tiny', mask_prob=0.3, warmup=0.5),
     'tiny, lr 2e-3': dict(preset='tiny', mask_prob=0.3, warmup=0.5, lr=2e-3),
     'tiny, warm-up 0.1': dict(preset='tiny', mask_prob=0.3, warmup=0.1),
     'tiny, 40% masking, warm-up 0.25': dict(preset='tiny', mask_prob=0.4, warmup=0.25),
     'tiny, 40% masking, warm-up 0.1': dict(preset='tiny', mask_prob=0.4, warmup=0.1),
-    'tiny, 50% masking, warm-up 0.25 (the tiny demo)': dict(preset='tiny'),
+    'tiny, 50% masking, warm-up 0.25 (the demo)': dict(preset='tiny'),
     'tiny, 60% masking, warm-up 0.25': dict(preset='tiny', mask_prob=0.6, warmup=0.25),
     'tiny, 50% masking, all [MASK] (100/0/0)': dict(preset='tiny', mask_split='100/0/0'),
+    '2 layers of 256, 50% masking, warm-up 0.25': dict(preset=dict(name='wide2', hidden=256, layers=2, heads=4, intermediate=1024),
+                                                       mask_prob=0.5, warmup=0.25),   # a size registered for this run only
 }
 
 
@@ -41,6 +44,9 @@ def child(spec):
     import torch, warnings
     warnings.filterwarnings('ignore')
     torch.set_num_threads(spec['threads'])
+    from nl_embryo.models import PRESETS, SizePreset
+    if isinstance(spec['options'].get('preset'), dict):       # a size of its own: registered in this process only
+        p = SizePreset(**spec['options']['preset']); PRESETS[p.name] = p; spec['options']['preset'] = p.name
     from nl_embryo.demo import demo_config, run_analyses
     from nl_embryo.pretrain import list_checkpoints, pretrain
     from nl_embryo.timeline import Run
@@ -60,7 +66,7 @@ def child(spec):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--variants', default='all', help=f"names separated by | or 'all' (of: {' | '.join(VARIANTS)})")
+    ap.add_argument('--variants', default='all', help=f"names separated by | or 'all' (of: {' | '.join(VARIANTS)})".replace('%', '%%'))
     ap.add_argument('--steps', type=int, default=None, help="every variant at this many steps (default: the variant's own)")
     ap.add_argument('--workers', type=int, default=2); ap.add_argument('--threads', type=int, default=1)
     ap.add_argument('--out', default=None, help='folder of the runs (default: a temporary folder)')

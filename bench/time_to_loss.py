@@ -23,13 +23,13 @@ import torch.nn.functional as F
 
 
 def eval_loss(model, batches, seed, vocab_size):
-    "Held-out MLM loss with nl_embryo's fixed eval masks (15%, 80/10/10, seeded per batch): the same number both loops log."
-    from nl_embryo.pretrain import mask_tokens, masked_lm_logits, step_generator
+    "Held-out MLM loss with nl_embryo's fixed eval masks (15%, every selected token [MASK]ed, seeded per batch): the same number both loops log."
+    from nl_embryo.pretrain import EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator
     was = model.training; model.eval(); losses = []
     with torch.no_grad():
         for i, b in enumerate(batches):
             ids = torch.from_numpy(b)
-            inputs, _, sel = mask_tokens(ids, vocab_size, step_generator(seed, -1 - i), 0.15)
+            inputs, _, sel = mask_tokens(ids, vocab_size, step_generator(seed, -1 - i), 0.15, split=EVAL_MASK_SPLIT)
             losses.append(float(F.cross_entropy(masked_lm_logits(model, inputs, sel).float(), ids[sel])))
     model.train(was)
     return float(np.mean(losses))

@@ -20,7 +20,7 @@ def demo(out, *args):
 
 def test_demo_trains_measures_reports_and_resumes(tmp_path):
     out = tmp_path/'demo'
-    r = demo(out, '--steps', '8', '--analysis-steps', '3')
+    r = demo(out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')      # mini: the analyses at half the default tiny's cost
     ckpts = sorted(int(p.name[4:]) for p in (out/'checkpoints').iterdir() if p.name.startswith('step'))
     assert ckpts == [0, 1, 2, 4, 8]
     assert 'analyses at steps [0, 2, 8]' in r.stdout
@@ -39,10 +39,12 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
     assert 'Traceback' not in html and 'cdn.jsdelivr' not in html and html.count('<svg') >= 5
     nb = json.loads((out/'report.ipynb').read_text())
     assert not [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if o.get('output_type') == 'error']
+    assert sum("show_section(run, " in ''.join(c['source']) for c in nb['cells']) == 5          # one per analysis section
+    assert any('parameters' in c['metadata'].get('tags', []) for c in nb['cells'])             # papermill's parameters cell
 
     steps_logged = [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()]
     mtime = (out/'report.html').stat().st_mtime_ns
-    demo(out, '--steps', '8', '--analysis-steps', '3')              # complete run: reused, analyses read their caches
+    demo(out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')      # complete run: reused, analyses read their caches
     assert [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()] == steps_logged
     assert (out/'report.html').stat().st_mtime_ns > mtime
     # the CLI's defaults are the demo's: `analyze --probes` finds the demo's cache (no new cache entry) and its table rows
@@ -57,7 +59,8 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
 
 def test_demo_without_analyses_reports_the_training_only(tmp_path):
     out = tmp_path/'demo'
-    demo(out, '--steps', '2', '--no-analyses')
+    demo(out, '--steps', '2', '--no-analyses')                       # the default preset (tiny)
+    assert json.loads((out/'config.json').read_text())['config']['preset'] == 'tiny'
     assert not (out/'analysis').exists() or not any((out/'analysis').glob('*.parquet'))
     html = (out/'report.html').read_text()
     assert 'Training curves' in html and 'Linear probes' not in html and 'World knowledge' not in html
