@@ -28,7 +28,7 @@ DEMO_DEFAULTS = dict(DEMO_BASE, preset='tiny', **DEMO_SIZES['tiny'])
 DEMO_ANALYSIS_STEPS = 8   # checkpoints analysed: the first, the last and log-spaced ones between
 
 def demo_config(out='runs/demo', **overrides):
-    "The demo's `PretrainConfig`: `DEMO_DEFAULTS`, the sizes of `DEMO_SIZES[preset]` when another preset is asked for, then `overrides`."
+    "The demo's `PretrainConfig`: `DEMO_BASE`, the size and recipe of `DEMO_SIZES[preset]` (default: the `tiny` preset's), then `overrides`."
     from nl_embryo.pretrain import PretrainConfig
     preset = overrides.get('preset', DEMO_DEFAULTS['preset'])
     sized = DEMO_SIZES.get(preset, {k: DEMO_DEFAULTS[k] for k in ('steps', 'batch_size', 'block_size', 'eval_every', 'eval_batches')})

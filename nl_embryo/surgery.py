@@ -41,25 +41,27 @@ def parse_surgeries(text) -> tuple:
     return tuple(['identity'] + [n for n in names if n != 'identity'])
 
 # %% ../nbs/09a_surgery.ipynb #0162c585
-def masked_lm_losses(model, batches, seed: int = 0, mask_prob: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
+def masked_lm_losses(model, batches, seed: int = 0, mask_prob: float = 0.15, split=None) -> tuple[np.ndarray, np.ndarray]:
     """Per block of `batches` (int arrays), the summed MLM loss and the number of masked tokens, with the fixed eval
-    masks of `pretrain` (seeded per batch, 80/10/10): `(loss_sums, counts)`, one entry per block."""
-    from nl_embryo.pretrain import mask_tokens, masked_lm_logits, step_generator
+    masks of `pretrain` (seeded per batch; `split` of the selected tokens, default `EVAL_MASK_SPLIT`: every one
+    [MASK]ed): `(loss_sums, counts)`, one entry per block."""
+    from nl_embryo.pretrain import EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator
+    split = EVAL_MASK_SPLIT if split is None else split
     V = model.config.vocab_size; device = next(model.parameters()).device
     sums, counts = [], []
     with torch.no_grad():
         for i, b in enumerate(batches):
             ids = torch.as_tensor(np.asarray(b), dtype=torch.long)
-            inputs, _, sel = mask_tokens(ids, V, step_generator(seed, -1 - i), mask_prob)
+            inputs, _, sel = mask_tokens(ids, V, step_generator(seed, -1 - i), mask_prob, split=split)
             logits = masked_lm_logits(model, inputs.to(device), sel.to(device))
             tok = F.cross_entropy(logits.float(), ids[sel].to(device), reduction='none').cpu().double()
             row = sel.nonzero()[:, 0]
             sums.append(torch.zeros(len(ids), dtype=torch.float64).index_add_(0, row, tok).numpy()); counts.append(sel.sum(1).numpy())
     return np.concatenate(sums), np.concatenate(counts).astype(np.float64)
 
-def masked_lm_loss(model, batches, seed: int = 0, mask_prob: float = 0.15) -> float:
+def masked_lm_loss(model, batches, seed: int = 0, mask_prob: float = 0.15, split=None) -> float:
     "The MLM loss of `model` on `batches`, averaged per batch as `pretrain` logs its eval loss."
-    sums, counts = masked_lm_losses(model, batches, seed, mask_prob)
+    sums, counts = masked_lm_losses(model, batches, seed, mask_prob, split)
     edges = np.cumsum([0] + [len(b) for b in batches])
     return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
@@ -74,7 +76,7 @@ def surgery_checkpoint(model, tokenizer, data, surgeries=DEFAULT_SURGERIES, seed
     for name in parse_surgeries(surgeries):
         spec = surgery_spec(name)
         m = model if spec is None else apply_interventions(model, spec).eval()
-        measured[name] = dict(loss=masked_lm_losses(m, data['batches'], data['seed']))
+        measured[name] = dict(loss=masked_lm_losses(m, data['batches'], data['seed'], split=data.get('split')))
         if data.get('task') is not None: measured[name]['probe'] = probe_correctness(m, tokenizer, data['task'], seed=seed)
         if m is not model: del m
     (ref_sums, counts), rows = measured['identity']['loss'], []
@@ -109,7 +111,9 @@ def surgery_data(run, eval_batches: int = 8, batch_size: int = 32, probe: bool =
     if not cfg: raise NlEmbryoError(f"{run.path} has no pre-training config: surgery measures the MLM loss on the run's own eval blocks",
                                     "analyse a run written by nl-embryo pretrain")
     corpus = load_corpus(cfg['corpus'], cfg['block_size'], cfg['vocab_size'], cfg.get('corpus_tokens'), quiet=True)
-    data = dict(batches=first_batches(corpus.eval, eval_batches, batch_size), seed=cfg.get('eval_seed', cfg.get('seed', 0)), task=None)
+    from nl_embryo.pretrain import LEGACY_EVAL_SPLIT, parse_mask_split
+    data = dict(batches=first_batches(corpus.eval, eval_batches, batch_size), seed=cfg.get('eval_seed', cfg.get('seed', 0)), task=None,
+                split=parse_mask_split(run.config.get('eval_mask_split', LEGACY_EVAL_SPLIT)))   # the run's own eval masks
     if probe: data['task'] = probes_data(run, tasks=('pos',), n_words=probe_words, seed=seed)[0]
     return [data]
 
