@@ -13,6 +13,7 @@ with 80/10/10 and -0.020 with every token masked; the demo's mini BERT (2M token
 BERT (2M tokens, 50% masking) 1.357 and 0.788; a tiny BERT on English at 614k tokens 0.467 and 0.007.
 """
 import argparse
+import sys
 
 import torch
 
@@ -25,10 +26,23 @@ def main():
     torch.set_num_threads(a.threads)
     from nl_embryo.corpora import load_corpus
     from nl_embryo.pretrain import EVAL_MASK_SPLIT, MASK_SPLIT, _evaluate, _ObjectiveModule, eval_batches, mlm_objective
+    from nl_embryo.core import NlEmbryoError
     from nl_embryo.timeline import Run
+
+    def load(path):
+        "The run at `path`, or exit with a message naming the problem and the fix."
+        try: run = Run(path)
+        except NlEmbryoError as e: sys.exit(f"eval_split: {e}")
+        if not run.config or 'unigram_entropy' not in run.config:
+            sys.exit(f"eval_split: {path} has no config.json with a unigram entropy: give a run folder written by "
+                     "`nl-embryo pretrain` (a bare model folder has no eval batches to score)")
+        if run.config['config'].get('objective', 'mlm') != 'mlm':
+            sys.exit(f"eval_split: {path} was trained with objective {run.config['config']['objective']!r}: this script "
+                     "scores MLM runs only (pre-train with --objective mlm)")
+        return run
     print(f"{'run':50s} {'step':>6s} {'unigram':>8s} {'below, 80/10/10':>16s} {'below, [MASK] only':>19s} {'copy share':>11s}")
     for path in a.runs:
-        run = Run(path); cfg, c = run.config['config'], run.config['corpus']
+        run = load(path); cfg, c = run.config['config'], run.config['corpus']
         model, tok = run.load(); model.eval()
         corpus = load_corpus(cfg['corpus'], c['block_size'], c['vocab_size'], cfg.get('corpus_tokens'), quiet=True)
         batches = eval_batches(corpus.eval, cfg['eval_batches'], cfg['batch_size'])

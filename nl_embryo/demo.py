@@ -118,10 +118,10 @@ DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
 
 def demo_checks(run) -> pd.DataFrame:
     "The demo's three checks on the last checkpoint of `run`: a frame (check, value, bar, passed, detail)."
-    from nl_embryo.pretrain import LEGACY_EVAL_SPLIT
+    from nl_embryo.pretrain import eval_split_of, format_mask_split
     from nl_embryo.timeline import _eval_rows, as_run, unigram_entropy_of
     run = as_run(run)
-    split = (run.config or {}).get('eval_mask_split', LEGACY_EVAL_SPLIT)      # runs written before it was recorded: 80/10/10
+    split = format_mask_split(eval_split_of(run.config))      # runs written before it was recorded: 80/10/10
     rows = []
     ev, h = _eval_rows(run), unigram_entropy_of(run)          # what Run.phases reads for the plateau exit
     if ev.empty or h is None:

@@ -22,14 +22,14 @@ from .models import mlm_head, load_model, quiet_transformers
 __all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_SPLIT', 'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT',
            'OBJECTIVES', 'SCHEDULES', 'ARCHS', 'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES',
            'RECIPE_FIELDS', 'CHECKPOINT_RE', 'CHECKPOINT_MANIFEST', 'DAMAGED_FIX', 'PLATEAU_MARGIN', 'step_generator',
-           'parse_mask_split', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
-           'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective', 'linear_logsumexp',
-           'script_log_z', 'Lamb', 'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig',
-           'warmup_steps', 'batch_size_at', 'data_position', 'optimizer_to_safetensors', 'optimizer_from_safetensors',
-           'safetensors_problem', 'checkpoint_problem', 'checkpoint_is_complete', 'list_checkpoints',
-           'damaged_checkpoints', 'remove_interrupted_saves', 'verify_checkpoint', 'disk_full_error',
-           'load_trained_model', 'save_checkpoint', 'unigram_log_probs', 'set_output_bias', 'eval_batches',
-           'unigram_entropy', 'batch_rows', 'pretrain']
+           'parse_mask_split', 'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table',
+           'masked_lm_logits', 'mlm_objective', 'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits',
+           'script_objective', 'linear_logsumexp', 'script_log_z', 'Lamb', 'make_optimizer', 'lr_at',
+           'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
+           'optimizer_to_safetensors', 'optimizer_from_safetensors', 'safetensors_problem', 'checkpoint_problem',
+           'checkpoint_is_complete', 'list_checkpoints', 'damaged_checkpoints', 'remove_interrupted_saves',
+           'verify_checkpoint', 'disk_full_error', 'load_trained_model', 'save_checkpoint', 'unigram_log_probs',
+           'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows', 'pretrain']
 
 # %% ../nbs/04_pretrain.ipynb #5e8c63bb
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -56,6 +56,16 @@ def parse_mask_split(spec) -> tuple[float, float, float]:
     except (ValueError, TypeError, AttributeError):
         raise NlEmbryoError(f"bad mask split {spec!r}", "give three percentages that sum to 100: '80/10/10' (BERT) or '100/0/0' (always [MASK])") from None
     return tuple(p / total for p in parts)
+
+def format_mask_split(split) -> str:
+    "`(0.8, 0.1, 0.1)` -> `'80/10/10'`: how config.json records a split."
+    return '/'.join(f'{100 * f:g}' for f in parse_mask_split(split))
+
+def eval_split_of(config: dict | None) -> tuple[float, float, float]:
+    """The eval mask split a run is scored with, from its config.json dict: the recorded `eval_mask_split`; a run written
+    before it was recorded: `LEGACY_EVAL_SPLIT` (80/10/10); no config at all (a new run): `EVAL_MASK_SPLIT`."""
+    if not config: return EVAL_MASK_SPLIT
+    return parse_mask_split(config.get('eval_mask_split', LEGACY_EVAL_SPLIT))
 
 def mask_tokens(ids: torch.Tensor, vocab_size: int, g: torch.Generator, mask_prob: float = 0.15,
                 word_starts: torch.Tensor | None = None, split=MASK_SPLIT):
@@ -713,7 +723,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     ev_batches = eval_batches(evalb, cfg.eval_batches, micro)
     h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.eval_seed, cfg.eval_mask_prob, ws)
     # a resumed run keeps the eval masks it started with, so that its curve stays one measurement
-    eval_split = parse_mask_split(old_info.get('eval_mask_split', LEGACY_EVAL_SPLIT)) if old_info else EVAL_MASK_SPLIT
+    eval_split = eval_split_of(old_info)
 
     seed_everything(cfg.seed)
     start, state = 0, dict(tokens_seen=0, flops=0.0, elapsed=0.0)
@@ -776,7 +786,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     if acc.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         info = dict(config=asdict(cfg), corpus=corpus.header, model=dict(cls=type(model).__name__, n_params=count_parameters(model)),
-                    unigram_entropy=h_unigram, eval_mask_split='/'.join(f'{100 * f:g}' for f in eval_split),
+                    unigram_entropy=h_unigram, eval_mask_split=format_mask_split(eval_split),
                     flops_per_step=flops_per_block * cfg.batch_size, tokens_per_step=cfg.batch_size * cfg.block_size,
                     checkpoint_steps=ck_steps, processes=W, device=str(device), precision='bf16' if bf16 else 'fp32',
                     torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__,

@@ -111,9 +111,9 @@ def surgery_data(run, eval_batches: int = 8, batch_size: int = 32, probe: bool =
     if not cfg: raise NlEmbryoError(f"{run.path} has no pre-training config: surgery measures the MLM loss on the run's own eval blocks",
                                     "analyse a run written by nl-embryo pretrain")
     corpus = load_corpus(cfg['corpus'], cfg['block_size'], cfg['vocab_size'], cfg.get('corpus_tokens'), quiet=True)
-    from nl_embryo.pretrain import LEGACY_EVAL_SPLIT, parse_mask_split
+    from nl_embryo.pretrain import eval_split_of
     data = dict(batches=first_batches(corpus.eval, eval_batches, batch_size), seed=cfg.get('eval_seed', cfg.get('seed', 0)), task=None,
-                split=parse_mask_split(run.config.get('eval_mask_split', LEGACY_EVAL_SPLIT)))   # the run's own eval masks
+                split=eval_split_of(run.config))   # the run's own eval masks
     if probe: data['task'] = probes_data(run, tasks=('pos',), n_words=probe_words, seed=seed)[0]
     return [data]
 

@@ -347,3 +347,15 @@ def test_metrics_are_rewritten_atomically_on_resume(tmp_path, reference, monkeyp
     train(run, steps=6, checkpoints='0,2,4,6', resume=True)
     assert 'metrics.jsonl' in written
     assert [json.loads(l)['step'] for l in (run/'metrics.jsonl').read_text().splitlines()] == list(range(7))
+
+
+def test_eval_split_bench_names_a_folder_that_is_not_a_run(tmp_path, reference):
+    "bench/eval_split.py on a missing folder and on a bare checkpoint folder: one line each, naming the fix."
+    import subprocess, sys
+    root = Path(__file__).resolve().parent.parent
+    for path, said in [(tmp_path/'nope', 'pass a run folder'), (Path(reference)/'checkpoints'/'step4', 'give a run folder')]:
+        p = subprocess.run([sys.executable, str(root/'bench'/'eval_split.py'), str(path)], capture_output=True, text=True)
+        assert p.returncode == 1 and said in p.stderr and 'Traceback' not in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, str(root/'bench'/'eval_split.py'), str(reference)], capture_output=True, text=True)
+    row = p.stdout.strip().splitlines()[-1].split()
+    assert p.returncode == 0 and row[1] == '4' and len(row) == 6, p.stdout + p.stderr   # a real run is scored both ways

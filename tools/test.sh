@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=.venv/bin
+# every temporary folder of the run (the notebooks' pre-training runs, pytest's tmp_path) lives in one folder that is
+# removed at the end, pass or fail: left behind, they filled the disk of a shared CI machine (several GB per run)
+export TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/nl-embryo-test.XXXXXX")
+trap 'rm -rf "$TMPDIR"' EXIT
 t0=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 
@@ -36,5 +40,5 @@ bash tools/browser-deps.sh
 step "pytest (integration, CLI, fault and browser tests)"
 echo "(all earlier checks passed in $(( $(date +%s) - t0 )) s)"
 # two workers (pytest-xdist), a test file per worker at a time: each test runs torch on one thread (conftest.py)
-$B/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=10
+$B/python -m pytest tests -q -p no:cacheprovider -o tmp_path_retention_policy=failed -n 2 --dist loadfile --durations=10
 
