@@ -10,6 +10,11 @@ has not reached the target within the step budget or `--cap-minutes` counts as t
 so the ratio is then a lower bound, and says so.
 
     python bench/time_to_loss.py [--preset tiny] [--steps 3000] [--eval-every 50] [--cap-minutes 30] [--threads 2]
+                                 [--mask-prob 0.5 --warmup 0.25] [--hf-steps 3000]
+
+`--mask-prob` / `--warmup` change our recipe's masking rate and warm-up (the demo's tiny run uses 0.5 / 0.25);
+`--hf-steps` gives the Trainer its own step budget (its linear schedule decays over it), so that a run of ours that
+gets there early does not cut the Trainer's budget short.
 
 Prints the key points of both curves (step, tokens, training seconds, eval loss, nats below the unigram entropy), the
 time and tokens each took to reach the target, and the ratio of wall times (HF / ours; goal: at least 3x).
@@ -39,7 +44,8 @@ def ours(a, out):
     "nl_embryo's loop with the preset's recipe; the curve from its metrics (training time = the sum of the logged step times)."
     from nl_embryo.pretrain import PretrainConfig, pretrain
     cfg = PretrainConfig(out=str(out), preset=a.preset, steps=a.steps, batch_size=a.batch_size, block_size=a.block_size,
-                         eval_every=a.eval_every, eval_batches=a.eval_batches, checkpoints=f'0,{a.steps}')
+                         eval_every=a.eval_every, eval_batches=a.eval_batches, checkpoints=f'0,{a.steps}',
+                         mask_prob=a.mask_prob, warmup=a.warmup)
     t0 = time.perf_counter()
     run = pretrain(cfg, quiet=True)
     wall = time.perf_counter() - t0
@@ -49,7 +55,9 @@ def ours(a, out):
     for r in rows:
         if r['step'] > 0: clock += r['batch_size'] * a.block_size / r['tokens_per_s']
         if 'eval_mlm_loss' in r: curve.append((r['step'], r['tokens_seen'], clock, r['eval_mlm_loss']))
-    return dict(curve=curve, unigram=info['unigram_entropy'], recipe=info['config']['recipe'], wall=wall,
+    c = info['config']
+    recipe = f"{c['recipe']} recipe: {c['norm']}-LN, {100 * c['mask_prob']:g}% masking, {c['schedule']} schedule, warm-up {c['warmup']:g}, lr {c['lr']:g}"
+    return dict(curve=curve, unigram=info['unigram_entropy'], recipe=recipe, wall=wall,
                 model=info['model']['cls'], n_params=info['model']['n_params'])
 
 
@@ -64,7 +72,7 @@ def hugging_face(a, target):
     batches = eval_batches(corpus.eval, a.eval_batches, a.batch_size)
     torch.manual_seed(0)
     model = build_model('bert', a.preset, vocab_size=V, max_position=a.block_size, norm='post', dropout=0.1)
-    data = [{'input_ids': torch.from_numpy(np.asarray(b, dtype=np.int64))} for b in corpus.train[:a.steps * a.batch_size]]
+    data = [{'input_ids': torch.from_numpy(np.asarray(b, dtype=np.int64))} for b in corpus.train[:a.hf_steps * a.batch_size]]
     curve = [(0, 0, 0.0, eval_loss(model, batches, 0, V))]
     state = dict(clock=0.0)
 
@@ -72,12 +80,12 @@ def hugging_face(a, target):
         def on_step_begin(self, args, st, control, **k): state['t'] = time.perf_counter()
         def on_step_end(self, args, st, control, **k):
             state['clock'] += time.perf_counter() - state['t']
-            if st.global_step % a.eval_every == 0 or st.global_step == a.steps:
+            if st.global_step % a.eval_every == 0 or st.global_step == a.hf_steps:
                 loss = eval_loss(model, batches, 0, V)
                 curve.append((st.global_step, st.global_step * a.batch_size * a.block_size, state['clock'], loss))
                 if loss <= target or state['clock'] > 60 * a.cap_minutes: control.should_training_stop = True
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=a.batch_size, max_steps=a.steps,
-                             learning_rate=1e-3, warmup_steps=max(1, round(0.06 * a.steps)), lr_scheduler_type='linear', save_strategy='no',
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=a.batch_size, max_steps=a.hf_steps,
+                             learning_rate=1e-3, warmup_steps=max(1, round(0.06 * a.hf_steps)), lr_scheduler_type='linear', save_strategy='no',
                              report_to='none', logging_steps=10**9, dataloader_num_workers=0, use_cpu=True, disable_tqdm=True,
                              optim='adamw_torch', seed=0)
     collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
@@ -102,14 +110,18 @@ def show(name, curve, unigram, target):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--preset', default='tiny'); ap.add_argument('--steps', type=int, default=3000, help='step budget of both runs')
+    ap.add_argument('--preset', default='tiny'); ap.add_argument('--steps', type=int, default=3000, help='step budget of our run (and of the Trainer run unless --hf-steps)')
     ap.add_argument('--batch-size', type=int, default=32); ap.add_argument('--block-size', type=int, default=128)
     ap.add_argument('--eval-every', type=int, default=50); ap.add_argument('--eval-batches', type=int, default=8)
     ap.add_argument('--cap-minutes', type=float, default=30.0, help='training time after which a run counts as the cap')
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--margin', type=float, default=0.5)
+    ap.add_argument('--mask-prob', type=float, default=None, help="our masking rate (default: the preset's recipe)")
+    ap.add_argument('--warmup', type=float, default=None, help="our warm-up fraction (default: the preset's recipe)")
+    ap.add_argument('--hf-steps', type=int, default=None, help='step budget of the Trainer run (default: --steps)')
     a = ap.parse_args()
+    a.hf_steps = a.hf_steps or a.steps
     torch.set_num_threads(a.threads)
-    print(f"time to loss on {a.threads} thread(s): preset {a.preset}, batch {a.batch_size} x {a.block_size}, budget {a.steps} steps, "
+    print(f"time to loss on {a.threads} thread(s): preset {a.preset}, batch {a.batch_size} x {a.block_size}, budget {a.steps} steps (Trainer {a.hf_steps}), "
           f"eval every {a.eval_every} steps on {a.eval_batches} batches, target: {a.margin} nat below the unigram entropy")
     with tempfile.TemporaryDirectory() as d:
         o = ours(a, Path(d)/'ours')
@@ -117,7 +129,7 @@ def main():
     cap = 60 * a.cap_minutes
     h = hugging_face(a, target)
     print(f"unigram entropy of the eval masks {o['unigram']:.3f} nats; target {target:.3f}")
-    show(f"nl_embryo ({o['recipe']} recipe, {o['model']}, {o['n_params']:,} parameters)", o['curve'], o['unigram'], target)
+    show(f"nl_embryo ({o['recipe']}, {o['model']}, {o['n_params']:,} parameters)", o['curve'], o['unigram'], target)
     show(f"Hugging Face Trainer ({h['model']}, post-LN, lr 1e-3, 15% masking)", h['curve'], o['unigram'], target)
     ro, rh = reached(o['curve'], target), reached(h['curve'], target)
     # a run that did not get there counts as the time it trained without getting there (at most the cap): a lower bound

@@ -17,9 +17,9 @@ from .core import NlEmbryoError, atomic_dir, cache_path, human_size
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'CORPORA', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
            'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus',
-           'check_nested', 'push_rate', 'train_wordpiece', 'char_tokenizer', 'tokenizer_hash', 'pack_blocks',
-           'CorpusSpec', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'PackedCorpus', 'corpus_dir',
-           'build_corpus', 'load_corpus', 'corpus_table']
+           'check_nested', 'push_rate', 'train_wordpiece', 'canonical_ids', 'char_tokenizer', 'tokenizer_hash',
+           'pack_blocks', 'CorpusSpec', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'PackedCorpus',
+           'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -151,8 +151,10 @@ def _finish_tokenizer(tok, model_max_length: int):
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, lowercase: bool = True, min_frequency: int = 2,
                     model_max_length: int = 512):
-    "Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer."
+    """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
+    whose ids are the same on every machine (`canonical_ids`)."""
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, normalizers, decoders
+    texts = texts if isinstance(texts, list) else list(texts)    # read twice: to train, then to count the pieces
     tok = Tokenizer(models.WordPiece(unk_token='[UNK]'))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None, clean_text=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -160,7 +162,24 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, lowercase: boo
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=min_frequency,
                                         show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    return _finish_tokenizer(tok, model_max_length)
+    return _finish_tokenizer(canonical_ids(tok, texts), model_max_length)
+
+def canonical_ids(tok, texts: list[str]):
+    """Renumber a trained WordPiece `tok` (a `tokenizers.Tokenizer`) so that its ids do not depend on the run: the special
+    tokens keep ids 0-4, the other pieces follow by their count in `texts` (most frequent first), ties by the piece.
+    The WordPiece trainer orders merges of equal count differently on every run (about 600 of the English tokenizer's
+    8,000 ids moved between two trainings on the same text), so without this each fresh machine trained a different id
+    assignment and the same seed gave a different model. Tokenisation does not change: WordPiece matches pieces, not ids."""
+    from tokenizers import models
+    vocab = tok.get_vocab()
+    counts = np.zeros(len(vocab), dtype=np.int64)
+    for i in range(0, len(texts), 10_000):
+        ids = [e.ids for e in tok.encode_batch(texts[i:i+10_000], add_special_tokens=False)]
+        if ids: counts += np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(vocab))
+    assert [vocab.get(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS))), 'the trainer puts the special tokens first'
+    rest = sorted((p for p in vocab if p not in SPECIAL_TOKENS), key=lambda p: (-counts[vocab[p]], p))
+    tok.model = models.WordPiece({p: i for i, p in enumerate([*SPECIAL_TOKENS, *rest])}, unk_token='[UNK]')
+    return tok
 
 def char_tokenizer(alphabet: str, model_max_length: int = 512):
     "A character-level tokenizer over `alphabet` (e.g. the amino-acid letters); other characters map to [UNK]."
@@ -265,7 +284,7 @@ TOKENIZERS = {  # name -> (training texts: the train split only, kind, options)
     'code': (_code, 'wordpiece', dict(lowercase=False)),
     'protein': (None, 'char', dict(alphabet='ACDEFGHIKLMNPQRSTUVWXYZ')),
 }
-TOKENIZER_VERSION = 2   # 2: trained on the train split of the split registry
+TOKENIZER_VERSION = 3   # 2: trained on the train split of the split registry; 3: ids in canonical order (`canonical_ids`)
 
 # %% ../nbs/02_corpora.ipynb #6413d270
 def _check_name(name, table, what):
@@ -308,7 +327,7 @@ def english_unigram(vocab_size: int = 8000) -> np.ndarray:
     return np.load(tokenizer_dir('english', vocab_size)/'unigram.npy')
 
 # %% ../nbs/02_corpora.ipynb #37d20205
-CORPUS_FORMAT = 2   # 2: train blocks from the train split of the split registry, eval blocks from its eval split
+CORPUS_FORMAT = 3   # 2: train blocks from the train split of the split registry, eval blocks from its eval split; 3: tokenizer ids in canonical order
 
 @dataclass
 class PackedCorpus:
