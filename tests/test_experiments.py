@@ -108,3 +108,30 @@ def test_recorded_cpu_runs_agree_with_their_tables(folder, notebook, row):
         line = f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)})"
         assert line in sources[notebook], line
         assert f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)}) | {r.verdict}" in sources['results'], r.claim
+
+
+def _parameter_cells():
+    "(notebook, its parameters cell) for every notebook under nbs/ that papermill can run with parameters."
+    import json
+    for p in sorted((ROOT/'nbs').rglob('*.ipynb')):
+        if '.ipynb_checkpoints' in p.parts: continue
+        cells = [c for c in json.loads(p.read_text())['cells'] if 'parameters' in c.get('metadata', {}).get('tags', [])]
+        if cells: yield p.relative_to(ROOT/'nbs').as_posix(), ''.join(cells[0]['source'])
+
+
+PARAMETER_CELLS = dict(_parameter_cells())
+
+
+def test_the_experiment_notebooks_take_parameters():
+    assert {f'experiments/{n}.ipynb' for n in ('embryology', 'interventions', 'l1_transfer', 'objectives')} <= set(PARAMETER_CELLS)
+
+
+@pytest.mark.parametrize('nb', sorted(PARAMETER_CELLS))
+def test_papermill_reads_every_parameter(nb):
+    """Every name the parameters cell assigns is one papermill can read (`papermill --help-notebook` lists it, and a sweep
+    can pass it): a comment papermill cannot parse (an '=' or a quote in it) hides its line."""
+    import ast, papermill as pm
+    params = [PARAMETER_CELLS[nb]]
+    assigned = {t.id for node in ast.parse(params[0]).body if isinstance(node, ast.Assign) for t in node.targets}
+    read = set(pm.inspect_notebook(str(ROOT/'nbs'/nb)))
+    assert assigned and assigned == read, f"papermill misses {sorted(assigned - read)}"
