@@ -25,7 +25,8 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from nl_embryo.corpora import load_corpus
-    from nl_embryo.pretrain import EVAL_MASK_SPLIT, MASK_SPLIT, _evaluate, _ObjectiveModule, eval_batches, mlm_objective
+    from nl_embryo.pretrain import EVAL_MASK_SPLIT, MASK_SPLIT, eval_batches
+    from nl_embryo.surgery import masked_lm_loss
     from nl_embryo.core import NlEmbryoError
     from nl_embryo.timeline import Run
 
@@ -46,9 +47,8 @@ def main():
         model, tok = run.load(); model.eval()
         corpus = load_corpus(cfg['corpus'], c['block_size'], c['vocab_size'], cfg.get('corpus_tokens'), quiet=True)
         batches = eval_batches(corpus.eval, cfg['eval_batches'], cfg['batch_size'])
-        module = _ObjectiveModule(model, mlm_objective, vocab_size=len(tok))
         h = run.config['unigram_entropy']
-        loss = {name: _evaluate(module, batches, cfg['eval_seed'], torch.device('cpu'), mask_prob=cfg['eval_mask_prob'], split=split)['eval_mlm_loss']
+        loss = {name: masked_lm_loss(model, batches, cfg['eval_seed'], cfg['eval_mask_prob'], split)   # the loop's eval, either split
                 for name, split in [('bert', MASK_SPLIT), ('mask', EVAL_MASK_SPLIT)]}
         print(f"{str(path)[-50:]:50s} {run.steps()[-1]:6d} {h:8.3f} {h - loss['bert']:+16.3f} {h - loss['mask']:+19.3f} "
               f"{loss['mask'] - loss['bert']:11.3f}", flush=True)

@@ -28,20 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
-def eval_loss(model, batches, seed, vocab_size):
+def eval_loss(model, batches, seed):
     "Held-out MLM loss with nl_embryo's fixed eval masks (15%, every selected token [MASK]ed, seeded per batch): the same number both loops log."
-    from nl_embryo.pretrain import EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator
-    was = model.training; model.eval(); losses = []
-    with torch.no_grad():
-        for i, b in enumerate(batches):
-            ids = torch.from_numpy(b)
-            inputs, _, sel = mask_tokens(ids, vocab_size, step_generator(seed, -1 - i), 0.15, split=EVAL_MASK_SPLIT)
-            losses.append(float(F.cross_entropy(masked_lm_logits(model, inputs, sel).float(), ids[sel])))
-    model.train(was)
-    return float(np.mean(losses))
+    from nl_embryo.surgery import masked_lm_loss
+    was = model.training; model.eval()
+    try: return masked_lm_loss(model, batches, seed, 0.15)
+    finally: model.train(was)
 
 
 def ours(a, out):
@@ -77,7 +71,7 @@ def hugging_face(a, target):
     torch.manual_seed(0)
     model = build_model('bert', a.preset, vocab_size=V, max_position=a.block_size, norm='post', dropout=0.1)
     data = [{'input_ids': torch.from_numpy(np.asarray(b, dtype=np.int64))} for b in corpus.train[:a.hf_steps * a.batch_size]]
-    curve = [(0, 0, 0.0, eval_loss(model, batches, 0, V))]
+    curve = [(0, 0, 0.0, eval_loss(model, batches, 0))]
     state = dict(clock=0.0)
 
     class Clock(TrainerCallback):
@@ -85,7 +79,7 @@ def hugging_face(a, target):
         def on_step_end(self, args, st, control, **k):
             state['clock'] += time.perf_counter() - state['t']
             if st.global_step % a.eval_every == 0 or st.global_step == a.hf_steps:
-                loss = eval_loss(model, batches, 0, V)
+                loss = eval_loss(model, batches, 0)
                 curve.append((st.global_step, st.global_step * a.batch_size * a.block_size, state['clock'], loss))
                 if loss <= target or state['clock'] > 60 * a.cap_minutes: control.should_training_stop = True
     args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=a.batch_size, max_steps=a.hf_steps,

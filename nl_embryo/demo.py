@@ -118,10 +118,10 @@ DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
 
 def demo_checks(run) -> pd.DataFrame:
     "The demo's three checks on the last checkpoint of `run`: a frame (check, value, bar, passed, detail)."
-    from nl_embryo.pretrain import eval_split_of, format_mask_split
+    from nl_embryo.pretrain import EVAL_MASK_SPLIT, eval_split_of, format_mask_split
     from nl_embryo.timeline import _eval_rows, as_run, unigram_entropy_of
     run = as_run(run)
-    split = format_mask_split(eval_split_of(run.config))      # runs written before it was recorded: 80/10/10
+    split = eval_split_of(run.config)      # runs written before it was recorded: 80/10/10
     rows = []
     ev, h = _eval_rows(run), unigram_entropy_of(run)          # what Run.phases reads for the plateau exit
     if ev.empty or h is None:
@@ -133,7 +133,7 @@ def demo_checks(run) -> pd.DataFrame:
         rows.append(dict(check='left the unigram plateau', value=round(float(h - last['eval_mlm_loss']), 3), bar=DEMO_BARS['below_unigram'],
                          passed=margin >= DEMO_BARS['below_unigram'],
                          detail=f"step {int(last['step'])}: eval loss {last['eval_mlm_loss']:.3f} (95% CI up to {hi:.3f}) vs unigram {h:.3f}"
-                                + ('' if split == '100/0/0' else f" (legacy {split} eval masks: about 0.5 nat of the distance is the copying of visible tokens)")))
+                                + ('' if split == EVAL_MASK_SPLIT else f" (legacy {format_mask_split(split)} eval masks: about 0.5 nat of the distance is the copying of visible tokens)")))
     rec = run.table('reconstruction')
     if rec.empty: rows.append(dict(check='mask prediction by POS', value=np.nan, bar=DEMO_BARS['pos_groups'], passed=None, detail='reconstruction not run'))
     else:

@@ -131,7 +131,6 @@ def test_papermill_reads_every_parameter(nb):
     """Every name the parameters cell assigns is one papermill can read (`papermill --help-notebook` lists it, and a sweep
     can pass it): a comment papermill cannot parse (an '=' or a quote in it) hides its line."""
     import ast, papermill as pm
-    params = [PARAMETER_CELLS[nb]]
-    assigned = {t.id for node in ast.parse(params[0]).body if isinstance(node, ast.Assign) for t in node.targets}
+    assigned = {t.id for node in ast.parse(PARAMETER_CELLS[nb]).body if isinstance(node, ast.Assign) for t in node.targets}
     read = set(pm.inspect_notebook(str(ROOT/'nbs'/nb)))
     assert assigned and assigned == read, f"papermill misses {sorted(assigned - read)}"
