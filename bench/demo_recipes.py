@@ -10,7 +10,7 @@ accuracy. One seed per variant: the `pretrain` chapter measured mini's seed spre
 so differences of a few hundredths are noise.
 
 Runs go to separate processes, `--workers` at a time, each on `--threads` threads (the default, 2 x 1, uses both
-cores of the project's machine; a tiny run takes about 8 minutes that way).
+cores of the project's machine; a tiny run takes about 8 minutes that way, measured before the bf16 attention change).
 
     python bench/demo_recipes.py [--variants all|'NAME|NAME'] [--workers 2] [--threads 1] [--steps N] [--out DIR]
 
@@ -34,6 +34,8 @@ VARIANTS = {   # name -> demo_config overrides (tiny, 50% masking, warm-up 0.25:
     'tiny, 40% masking, warm-up 0.1': dict(preset='tiny', mask_prob=0.4, warmup=0.1),
     'tiny, 50% masking, warm-up 0.25 (the demo)': dict(preset='tiny'),
     'tiny, 60% masking, warm-up 0.25': dict(preset='tiny', mask_prob=0.6, warmup=0.25),
+    "the demo's recipe over 800 steps": dict(preset='tiny', steps=800),
+    "the demo's recipe over 700 steps": dict(preset='tiny', steps=700),
     'tiny, 50% masking, all [MASK] (100/0/0)': dict(preset='tiny', mask_split='100/0/0'),
     '2 layers of 256, 50% masking, warm-up 0.25': dict(preset=dict(name='wide2', hidden=256, layers=2, heads=4, intermediate=1024),
                                                        mask_prob=0.5, warmup=0.25),   # a size registered for this run only

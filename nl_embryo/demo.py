@@ -18,7 +18,7 @@ __all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'D
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SIZES = {   # preset -> the run: steps, batch and block size sized for the machine the preset is for
     'mini': dict(steps=1000, batch_size=32, block_size=64, eval_every=100, eval_batches=8),       # 2 CPU cores, ~5 minutes in all; still on the plateau
-    'tiny': dict(steps=1000, batch_size=32, block_size=64, eval_every=100, eval_batches=8,        # 2 CPU cores, ~8 minutes in all: the default, the
+    'tiny': dict(steps=1000, batch_size=32, block_size=64, eval_every=100, eval_batches=8,        # 2 CPU cores, ~7 minutes in all: the default, the
                  mask_prob=0.5, warmup=0.25),                                                      # masking and warm-up that grew it most (below)
     'small': dict(steps=15_000, batch_size=128, block_size=128, eval_every=250, eval_batches=16), # one GPU, ~10 minutes
     'base': dict(steps=20_000, batch_size=256, block_size=128, eval_every=500, eval_batches=16),  # one GPU, a few hours
