@@ -2,8 +2,11 @@
 
 Same model (the preset's architecture as its recipe builds it: pre-LN or post-LN, dropout), same packed data (the
 `english` corpus), same batch and sequence length, same masking rate (15%: both loops do the same work), same
-optimizer (AdamW) and precision (`--precision`: fp32 on a CPU by default, bf16 autocast for both with `--precision bf16`). The Trainer gets `DataCollatorForLanguageModeling` (full logits); nl_embryo computes
-the MLM output layer only at the masked positions, with torch's fused AdamW and one host sync per step.
+optimizer (AdamW) and precision (`--precision`, default `auto`: bf16 autocast for both where the hardware computes bf16
+natively, as nl_embryo's loop does by default, fp32 elsewhere; `--precision fp32` or `bf16` forces one). The Trainer gets `DataCollatorForLanguageModeling` (full logits); nl_embryo computes
+the MLM output layer only at the masked positions, with torch's fused AdamW and one host sync per step, and in bf16
+on a CPU with the plain attention products (`training_attention`), where the Trainer's model keeps the `transformers`
+default (`sdpa`).
 
 Each measurement runs in a fresh process (so one loop's threads, caches or global settings cannot slow the other),
 and the two loops alternate for `--rounds` rounds: ours, theirs, theirs, ours, ... . A measurement is the median step
@@ -91,12 +94,16 @@ def main():
     ap.add_argument('--batch-size', type=int, default=32); ap.add_argument('--block-size', type=int, default=128)
     ap.add_argument('--objectives', default='electra,script', help='also time these against MLM (tiny preset); empty: skip')
     ap.add_argument('--compile', action='store_true', help='also time our loop with torch.compile')
-    ap.add_argument('--precision', choices=('fp32', 'bf16'), default='bf16' if torch.cuda.is_available() else 'fp32',
-                    help='both loops train in this precision (bf16: autocast; on a CPU only where it has AVX512-BF16 or AMX)')
+    ap.add_argument('--precision', choices=('auto', 'fp32', 'bf16'), default='auto',
+                    help="both loops train in this precision (bf16: autocast; on a CPU only where it has AVX512-BF16 or AMX); "
+                         "auto: the one nl_embryo's loop picks by default, bf16 where the hardware has it, else fp32")
     ap.add_argument('--child', help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child: return child(json.loads(a.child))
     dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if a.precision == 'auto':
+        from nl_embryo.core import native_bf16
+        a.precision = 'bf16' if native_bf16(dev) else 'fp32'
     print(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else f'{a.threads} threads'}), batch {a.batch_size} x "
           f"{a.block_size} tokens, {a.precision} for both loops, {a.steps} steps per measurement (median after the first 3), {a.rounds} interleaved rounds", flush=True)
     common = dict(steps=a.steps, batch=a.batch_size, block=a.block_size, threads=a.threads, precision=a.precision)
