@@ -82,12 +82,13 @@ def hugging_face(a, target):
                 loss = eval_loss(model, batches, 0)
                 curve.append((st.global_step, st.global_step * a.batch_size * a.block_size, state['clock'], loss))
                 if loss <= target or state['clock'] > 60 * a.cap_minutes: control.should_training_stop = True
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=a.batch_size, max_steps=a.hf_steps,
+    out = tempfile.TemporaryDirectory()           # the Trainer wants a folder; saving is off, and it is removed at the end
+    args = TrainingArguments(output_dir=out.name, per_device_train_batch_size=a.batch_size, max_steps=a.hf_steps,
                              learning_rate=1e-3, warmup_steps=max(1, round(0.06 * a.hf_steps)), lr_scheduler_type='linear', save_strategy='no',
                              report_to='none', logging_steps=10**9, dataloader_num_workers=0, use_cpu=True, disable_tqdm=True,
                              optim='adamw_torch', seed=0)
     collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
-    Trainer(model=model, args=args, train_dataset=data, data_collator=collator, callbacks=[Clock()]).train()
+    with out: Trainer(model=model, args=args, train_dataset=data, data_collator=collator, callbacks=[Clock()]).train()
     return dict(curve=curve, model=type(model).__name__)
 
 
