@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 TUNED = dict(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram',
-             beta2=0.98)   # spelled out: a named recipe changes when its preset's default is re-chosen (tiny's went to lr 1e-3)
+             beta2=0.98, position_init='random')   # spelled out: a named recipe changes when its preset's default is re-chosen
+                                                   # (tiny's went to lr 1e-3, then to sinusoidal positions: the demo chapter's rows)
 RECIPES = {   # label -> options (the preset's own size; block 64, batch 32)
     'BERT (post-LN, dropout 0.1, lr 1e-3, 15%, linear)': dict(recipe='bert'),
     'BERT at lr 3e-3': dict(recipe='bert', lr=3e-3),

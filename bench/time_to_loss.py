@@ -12,7 +12,9 @@ so the ratio is then a lower bound, and says so.
     python bench/time_to_loss.py [--preset tiny] [--steps 3000] [--eval-every 50] [--cap-minutes 30] [--threads 2]
                                  [--mask-prob 0.5 --warmup 0.25] [--hf-steps 3000]
 
-`--mask-prob` / `--warmup` change our recipe's masking rate and warm-up (the demo's tiny run uses 0.5 / 0.25);
+`--mask-prob` / `--warmup` change our recipe's masking rate and warm-up (the demo's tiny run used 0.5 / 0.25),
+`--position-init` how our position embeddings start (the figures below are with random ones, `--position-init random`:
+tiny's recipe took sinusoidal ones on 2026-11-25, which leave the plateau earlier, so they are conservative);
 `--hf-steps` gives the Trainer its own step budget (its linear schedule decays over it), so that a run of ours that
 gets there early does not cut the Trainer's budget short.
 
@@ -43,7 +45,7 @@ def ours(a, out):
     from nl_embryo.pretrain import PretrainConfig, pretrain
     cfg = PretrainConfig(out=str(out), preset=a.preset, steps=a.steps, batch_size=a.batch_size, block_size=a.block_size,
                          eval_every=a.eval_every, eval_batches=a.eval_batches, checkpoints=f'0,{a.steps}',
-                         mask_prob=a.mask_prob, warmup=a.warmup)
+                         mask_prob=a.mask_prob, warmup=a.warmup, position_init=a.position_init)
     t0 = time.perf_counter()
     run = pretrain(cfg, quiet=True)
     wall = time.perf_counter() - t0
@@ -54,7 +56,8 @@ def ours(a, out):
         if r['step'] > 0: clock += r['batch_size'] * a.block_size / r['tokens_per_s']
         if 'eval_mlm_loss' in r: curve.append((r['step'], r['tokens_seen'], clock, r['eval_mlm_loss']))
     c = info['config']
-    recipe = f"{c['recipe']} recipe: {c['norm']}-LN, {100 * c['mask_prob']:g}% masking, {c['schedule']} schedule, warm-up {c['warmup']:g}, lr {c['lr']:g}"
+    recipe = (f"{c['recipe']} recipe: {c['norm']}-LN, {100 * c['mask_prob']:g}% masking, {c['schedule']} schedule, warm-up {c['warmup']:g}, "
+              f"lr {c['lr']:g}, {c.get('position_init', 'random')} positions")
     return dict(curve=curve, unigram=info['unigram_entropy'], recipe=recipe, wall=wall,
                 model=info['model']['cls'], n_params=info['model']['n_params'])
 
@@ -116,6 +119,8 @@ def main():
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--margin', type=float, default=0.5)
     ap.add_argument('--mask-prob', type=float, default=None, help="our masking rate (default: the preset's recipe)")
     ap.add_argument('--warmup', type=float, default=None, help="our warm-up fraction (default: the preset's recipe)")
+    ap.add_argument('--position-init', default=None, choices=('random', 'sinusoidal'),
+                    help="how our position embeddings start (default: the preset's recipe; tiny's is sinusoidal since 2026-11-25)")
     ap.add_argument('--hf-steps', type=int, default=None, help='step budget of the Trainer run (default: --steps)')
     a = ap.parse_args()
     a.hf_steps = a.hf_steps or a.steps

@@ -57,7 +57,7 @@ def _pretrain(args):
 def _demo(args):
     from nl_embryo.demo import run_demo
     overrides = {k: v for k, v in dict(preset=args.preset, steps=args.steps).items() if v is not None}
-    run_demo(args.out, analysis_steps=None if args.no_analyses else args.analysis_steps, **overrides)
+    run_demo(args.out, analysis_steps=None if args.no_analyses else args.analysis_steps, spread=args.analysis_spread, **overrides)
 
 def _parse_steps(text: str | None) -> list[int] | None:
     "`--steps 0,64,300` -> [0, 64, 300] (None: all)."
@@ -113,10 +113,11 @@ def _field_comments(cls) -> dict:
 def _pretrain_choices() -> dict:
     "The values a pretrain option accepts, where they are a fixed set."
     from nl_embryo.corpora import CORPORA
-    from nl_embryo.models import NORMS, PRESETS
+    from nl_embryo.models import NORMS, POSITION_INITS, PRESETS
     from nl_embryo.pretrain import ARCHS, OBJECTIVES, OUTPUT_BIASES, PRECISIONS, RECIPES, SCHEDULES
     return dict(arch=ARCHS, preset=tuple(PRESETS), corpus=tuple(CORPORA), objective=tuple(OBJECTIVES), recipe=tuple(RECIPES),
-                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=PRECISIONS)
+                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=PRECISIONS,
+                position_init=POSITION_INITS)
 
 def _add_pretrain(sub):
     "`nl-embryo pretrain`: one flag per field of `PretrainConfig` (underscores become dashes), with its help line and choices."
@@ -176,14 +177,16 @@ def make_parser() -> argparse.ArgumentParser:
     from nl_embryo.batch import add_sweep_parser
     add_sweep_parser(sub)
 
-    from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS
+    from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS, DEMO_SPREAD, SPREADS
     d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report')
     d.add_argument('--out', default='runs/demo', help='the run folder (the report is written into it)')
     d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
-                   help=f"model size (default {DEMO_DEFAULTS['preset']}; small or base: a larger study on a GPU server)")
+                   help=f"model size (default {DEMO_DEFAULTS['preset']}; tiny: twice its depth, ~7 minutes on 2 cores; small or base: a larger study on a GPU server)")
     d.add_argument('--steps', type=int, default=None, help=f"optimizer steps (default: the preset's, {DEMO_DEFAULTS['steps']} for {DEMO_DEFAULTS['preset']})")
     d.add_argument('--analysis-steps', type=int, default=DEMO_ANALYSIS_STEPS, metavar='N',
-                   help=f'run the registered analyses on N log-spaced checkpoints (default {DEMO_ANALYSIS_STEPS})')
+                   help=f'run the registered analyses on N checkpoints, the first and the last among them (default {DEMO_ANALYSIS_STEPS})')
+    d.add_argument('--analysis-spread', default=DEMO_SPREAD, choices=SPREADS,
+                   help=f'spread those checkpoints evenly over the steps (linear) or over their logarithm (log: dense early steps; default {DEMO_SPREAD})')
     d.add_argument('--no-analyses', action='store_true', help='train and report the training curves only')
     d.set_defaults(func=_demo)
 

@@ -111,11 +111,11 @@ def get_device(device: str | None = None):
     return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 def autocast_dtype(device):
-    "bf16 on a CUDA device that supports it, else None (full precision): the precision of the analyses."
+    """The precision of the forward passes of the probes and the reconstruction analysis: bf16 where the device computes
+    it in hardware (`native_bf16`: a CUDA GPU, or a CPU with AVX512-BF16 or AMX), else None (full precision). On the
+    project's 2-core CPU bf16 cuts the reconstruction analysis of a 2-layer model from 28.7 to 20.0 s over 8 checkpoints."""
     import torch
-    device = torch.device(device)
-    if device.type == 'cuda' and torch.cuda.is_bf16_supported(): return torch.bfloat16
-    return None
+    return torch.bfloat16 if native_bf16(device) else None
 
 def native_bf16(device) -> bool:
     """Whether `device` computes bf16 matrix products in hardware: a CUDA GPU that supports bf16, or a CPU with

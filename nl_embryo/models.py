@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_models.ipynb #02e2c4b8
 from __future__ import annotations
-import contextlib, dataclasses
+import contextlib, dataclasses, math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +21,13 @@ from .corpora import SPECIAL_TOKENS
 
 # %% auto #0
 __all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PRE_LN_ARCHS',
-           'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES',
-           'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair',
-           'is_pair', 'build_model', 'check_safetensors_weights', 'convert_to_safetensors', 'load_model',
-           'set_attention', 'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel',
-           'checkpoint_sizes', 'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops',
-           'mlm_head', 'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
+           'POSITION_INITS', 'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST',
+           'ROBERTA_TYPES', 'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers',
+           'model_class', 'ElectraPair', 'is_pair', 'sinusoidal_table', 'init_positions', 'build_model',
+           'check_safetensors_weights', 'convert_to_safetensors', 'load_model', 'set_attention',
+           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
+           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
+           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class SizePreset:
 PRESETS: dict[str, SizePreset] = {p.name: p for p in [
     SizePreset('mini', hidden=128, layers=4, heads=4, intermediate=512),
     SizePreset('tiny', hidden=256, layers=4, heads=4, intermediate=1024),
+    SizePreset('tiny2', hidden=256, layers=2, heads=4, intermediate=1024),   # tiny's width, half its depth: the demo's model
     SizePreset('small', hidden=256, layers=12, heads=4, intermediate=1024, embedding_size=128),
     SizePreset('base', hidden=768, layers=12, heads=12, intermediate=3072),
 ]}
@@ -243,13 +245,42 @@ def is_pair(model) -> bool:
     "True for an `ElectraPair` (or a `PairConfig`)."
     return isinstance(model, (ElectraPair, PairConfig))
 
+POSITION_INITS = ('random', 'sinusoidal')
+
+def sinusoidal_table(n: int, d: int) -> torch.Tensor:
+    "The sine/cosine position table of Vaswani et al. (2017): row `p` holds sin(p·f_i) in column 2i and cos(p·f_i) in 2i+1, f_i = 10000^(-2i/d)."
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    t = torch.zeros(n, d, dtype=torch.float64)
+    t[:, 0::2] = torch.sin(pos * freq); t[:, 1::2] = torch.cos(pos * freq)[:, :d // 2]
+    return t.float()
+
+def init_positions(model, kind: str = 'sinusoidal'):
+    """Initialise the learned position embeddings of `model` (shared by both halves of an `ElectraPair`) in place, and
+    return it. `random`: the transformers initialisation, a normal draw of std `initializer_range`, left as it is.
+    `sinusoidal`: the sine/cosine table (`sinusoidal_table`) scaled to that same std, so that a position starts as strong
+    as a word, and the step from each position to its neighbour is the same rotation everywhere: one linear map lets a
+    head attend to the previous or next token at every position, which random vectors must learn position by position.
+    The embeddings stay trainable parameters of the usual shape, so the checkpoints load with `AutoModelForMaskedLM`."""
+    if kind not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {kind!r}", f"choose one of: {', '.join(POSITION_INITS)}")
+    if kind == 'random': return model
+    for m in ([model.discriminator] if is_pair(model) else [model]):
+        emb = m.base_model.embeddings.position_embeddings
+        table = sinusoidal_table(*emb.weight.shape)
+        table *= getattr(m.config, 'initializer_range', 0.02) / table.std()
+        if emb.padding_idx is not None: table[emb.padding_idx] = 0     # RoBERTa's padding row stays zero (its positions start after it)
+        with torch.no_grad(): emb.weight.copy_(table.to(emb.weight))
+    return model
+
 def build_model(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int = 8000, max_position: int | None = None,
-                generator_fraction: float = 0.25, device=None, **overrides) -> PreTrainedModel | ElectraPair:
-    "A randomly initialised `arch` model at size `preset`: a transformers MLM, or an `ElectraPair` for `electra`/`ale`."
+                generator_fraction: float = 0.25, device=None, position_init: str = 'random', **overrides) -> PreTrainedModel | ElectraPair:
+    """A randomly initialised `arch` model at size `preset`: a transformers MLM, or an `ElectraPair` for `electra`/`ale`;
+    its position embeddings start as `position_init` says (`init_positions`)."""
+    if position_init not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {position_init!r}", f"choose one of: {', '.join(POSITION_INITS)}")
     cfg = build_config(arch, preset, vocab_size, max_position, generator_fraction, **overrides)
     if isinstance(cfg, PairConfig):
-        return ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device))
-    return _instantiate(cfg, device)
+        return init_positions(ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device)), position_init)
+    return init_positions(_instantiate(cfg, device), position_init)
 
 PICKLED_WEIGHTS = ('pytorch_model.bin', 'pytorch_model.bin.index.json', 'model.pt', 'model.pth', 'model.ckpt', 'tf_model.h5', 'flax_model.msgpack')
 

@@ -284,11 +284,15 @@ class Recipe:
     mask_split: str = '80/10/10'  # of the selected: % [MASK] / % random token / % unchanged
     output_bias: str = 'zero'     # zero | unigram: the MLM output bias starts at the corpus' log unigram frequencies
     beta2: float = 0.999          # Adam's second-moment decay
+    position_init: str = 'random' # random | sinusoidal: how the learned position embeddings start (nl_embryo.models.init_positions)
 
 RECIPES: dict[str, Recipe] = {
     'bert': Recipe(),             # BERT's own recipe (Devlin et al. 2019), the papers' setting
     'mini': Recipe(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
-    'tiny': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
+    'tiny': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98,
+                   position_init='sinusoidal'),
+    'tiny2': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.25, mask_prob=0.5, output_bias='unigram', beta2=0.98,
+                    position_init='sinusoidal'),   # the demo's: tiny's with 50% masking and a quarter-length warm-up
     'small': Recipe(norm='post', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
     'base': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
 }
@@ -299,10 +303,10 @@ class PretrainConfig:
     "Everything that defines a pre-training run. Options left at None come from the recipe (`recipe`, default: the preset's)."
     out: str = 'runs/demo'            # the run folder
     arch: str = 'bert'                # bert | roberta | albert | electra | ale | script
-    preset: str = 'tiny'              # model size: mini | tiny | small | base (nl_embryo.models.PRESETS)
+    preset: str = 'tiny'              # model size: mini | tiny | tiny2 | small | base (nl_embryo.models.PRESETS)
     corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA)
     objective: str | None = None      # mlm | electra | script (default: follows arch)
-    recipe: str | None = None         # the recipe behind the options left at None: bert | mini | tiny | small | base (default: the preset's)
+    recipe: str | None = None         # the recipe behind the options left at None: bert | mini | tiny | tiny2 | small | base (default: the preset's)
     steps: int = 300                  # optimizer steps
     batch_size: int = 32              # sequences per optimizer step (all processes and accumulation steps together)
     batch_ramp: float = 0.0           # grow the batch linearly from a quarter of batch_size over this fraction of the steps (0: off)
@@ -319,6 +323,7 @@ class PretrainConfig:
     mask_split: str | None = None     # of the selected tokens: % [MASK] / % random / % unchanged, e.g. 80/10/10 or 100/0/0
     output_bias: str | None = None    # initial MLM output bias: zero | unigram (the corpus' log unigram frequencies)
     beta2: float | None = None        # Adam's second-moment decay
+    position_init: str | None = None  # initial position embeddings: random | sinusoidal (the sine/cosine table at the same scale)
     optimizer: str = 'adamw'          # adamw | lamb
     weight_decay: float = 0.01        # decoupled weight decay (not on biases and LayerNorm)
     max_grad_norm: float = 1.0        # gradient clipping (0: off)
@@ -340,7 +345,7 @@ class PretrainConfig:
 
     def resolved(self) -> 'PretrainConfig':
         "Check the options and fill in defaults: the objective from the arch, the options left at None from the recipe."
-        from nl_embryo.models import PRESETS, NORMS, PRE_LN_ARCHS
+        from nl_embryo.models import PRESETS, NORMS, PRE_LN_ARCHS, POSITION_INITS
         if self.arch not in ARCHS: raise NlEmbryoError(f"unknown architecture {self.arch!r}", f"choose one of: {', '.join(ARCHS)}")
         if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
         obj = self.objective or DEFAULT_OBJECTIVE[self.arch]
@@ -358,6 +363,7 @@ class PretrainConfig:
         if self.warmup is None and filled['schedule'] == 'triangle' and recipe.schedule != 'triangle': filled['warmup'] = 0.5
         if filled['norm'] not in NORMS: raise NlEmbryoError(f"unknown norm {filled['norm']!r}", f"choose one of: {', '.join(NORMS)}")
         if filled['schedule'] not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {filled['schedule']!r}", f"choose one of: {', '.join(SCHEDULES)}")
+        if filled['position_init'] not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {filled['position_init']!r}", f"choose one of: {', '.join(POSITION_INITS)}")
         if filled['output_bias'] not in OUTPUT_BIASES: raise NlEmbryoError(f"unknown output bias {filled['output_bias']!r}", f"choose one of: {', '.join(OUTPUT_BIASES)}")
         if not 0 < filled['mask_prob'] < 1: raise NlEmbryoError(f"mask_prob={filled['mask_prob']} must lie in (0, 1)", "use e.g. 0.15 (BERT) or 0.3")
         if not 0 < self.eval_mask_prob < 1: raise NlEmbryoError(f"eval_mask_prob={self.eval_mask_prob} must lie in (0, 1)", "use 0.15")
@@ -621,7 +627,7 @@ def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int, position: i
 # %% ../nbs/04_pretrain.ipynb #22b8c362
 _RESUME_KEYS = ('arch', 'preset', 'corpus', 'objective', 'recipe', 'batch_size', 'batch_ramp', 'grad_accum', 'block_size',
                 'vocab_size', 'corpus_tokens', 'norm', 'dropout', 'mask_prob', 'mask_split',
-                'output_bias', 'beta2', 'optimizer', 'weight_decay', 'whole_word', 'temperature',
+                'output_bias', 'beta2', 'position_init', 'optimizer', 'weight_decay', 'whole_word', 'temperature',
                 'rtd_weight', 'script_alpha', 'generator_fraction', 'eval_mask_prob', 'eval_seed', 'seed')
 _RESUME_CHANGEABLE = ('lr', 'schedule', 'warmup', 'max_grad_norm')   # --resume may change these: a new segment of the history
 
@@ -669,7 +675,7 @@ def _plateau_advice(cfg) -> str:
     "The recipe knobs that move a run off the unigram plateau and that this run did not use, with the values it used."
     from nl_embryo.models import PRE_LN_ARCHS
     knobs = [('norm', 'pre', '--norm pre'), ('output_bias', 'unigram', '--output-bias unigram'), ('mask_prob', 0.3, '--mask-prob 0.3'),
-             ('dropout', 0.0, '--dropout 0'), ('schedule', 'triangle', '--schedule triangle')]
+             ('dropout', 0.0, '--dropout 0'), ('schedule', 'triangle', '--schedule triangle'), ('position_init', 'sinusoidal', '--position-init sinusoidal')]
     tips = [f"{flag} (was {getattr(cfg, k)})" for k, good, flag in knobs
             if getattr(cfg, k) != good and not (k == 'norm' and cfg.arch not in PRE_LN_ARCHS) and not (k == 'mask_prob' and cfg.mask_prob > good)]
     tips += [f"more --steps (was {cfg.steps})", f"another --lr (was {cfg.lr}: larger if the loss fell slowly, smaller if it jumped)"]
@@ -714,6 +720,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         except (ValueError, KeyError, TypeError):
             raise NlEmbryoError(f"{run/'config.json'} is garbled, so --resume cannot check the options against the run's",
                                 "start a new run with another --out (the checkpoints in this one still load with Run(...).load)") from None
+        old = {'position_init': 'random', **old}      # runs written before the option existed started from random positions
         diff = {k: (old.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if old.get(k) != getattr(cfg, k)}
         if diff:
             said = ', '.join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in diff.items())
@@ -744,6 +751,7 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         if acc.is_main_process and not quiet: print(f"resuming {run} from step{start}")
     else:
         model = build_model(cfg.arch, cfg.preset, vocab_size=len(tok), max_position=cfg.block_size, norm=cfg.norm, dropout=cfg.dropout,
+                            position_init=cfg.position_init,
                             **({'generator_fraction': cfg.generator_fraction} if cfg.generator_fraction else {}))
         if cfg.output_bias == 'unigram': set_output_bias(model, log_unigram)
     if resume and acc.is_main_process:

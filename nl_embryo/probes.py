@@ -65,6 +65,8 @@ def _span_rows(task: ProbeTask, span: str):
     base = bounds[task.targets['sent'].to_numpy()]
     return base + task.targets[f'{span}_start'].to_numpy(), base + task.targets[f'{span}_end'].to_numpy()
 
+_WARNED: set = set()      # the alignment warnings already given in this process: one per task and tokenizer, not one per checkpoint
+
 def _check_aligned(task: ProbeTask, al: Alignment, keep: np.ndarray, max_len: int, max_unaligned: float):
     if keep.all(): return
     bad = al.n_pieces == 0
@@ -76,7 +78,7 @@ def _check_aligned(task: ProbeTask, al: Alignment, keep: np.ndarray, max_len: in
     if lost > max_unaligned:
         raise NlEmbryoError(msg, "remove control and zero-width characters from the words, use shorter sentences "
                                  f"(max_sentence_words), or raise max_unaligned (now {max_unaligned})")
-    warnings.warn(msg)
+    if msg not in _WARNED: _WARNED.add(msg); warnings.warn(msg)
 
 def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', batch_tokens: int = 8192,
                      dtype: str = 'float32', out=None, max_unaligned: float = 0.05, progress: bool = False):

@@ -20,13 +20,13 @@ def demo(out, *args):
 
 def test_demo_trains_measures_reports_and_resumes(tmp_path):
     out = tmp_path/'demo'
-    r = demo(out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')      # mini: the analyses at half the default tiny's cost
+    r = demo(out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')      # mini: the analyses at the least cost
     ckpts = sorted(int(p.name[4:]) for p in (out/'checkpoints').iterdir() if p.name.startswith('step'))
     assert ckpts == [0, 1, 2, 4, 8]
-    assert 'analyses at steps [0, 2, 8]' in r.stdout
+    assert 'analyses at steps [0, 4, 8]' in r.stdout                                # spread evenly over the steps (DEMO_SPREAD)
     for name in ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery'):
         df = pd.read_parquet(out/'analysis'/f'{name}.parquet')
-        assert set(df['step']) == {0, 2, 8}, (name, sorted(set(df['step'])))
+        assert set(df['step']) == {0, 4, 8}, (name, sorted(set(df['step'])))
         assert df['value'].notna().any()
     html = (out/'report.html').read_text()
     for heading in SECTIONS: assert heading in html, heading
@@ -50,7 +50,7 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
     # the CLI's defaults are the demo's: `analyze --probes` finds the demo's cache (no new cache entry) and its table rows
     cache = sorted(p.name for p in (out/'analysis'/'cache').rglob('*.parquet'))
     rows = len(pd.read_parquet(out/'analysis'/'probes.parquet'))
-    r = subprocess.run(nl_embryo_cmd('analyze', out, '--probes', '--steps', '0,2,8', '--quiet'), capture_output=True, text=True, timeout=600,
+    r = subprocess.run(nl_embryo_cmd('analyze', out, '--probes', '--steps', '0,4,8', '--quiet'), capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, OMP_NUM_THREADS='1'))
     assert r.returncode == 0, r.stderr[-2000:]
     assert sorted(p.name for p in (out/'analysis'/'cache').rglob('*.parquet')) == cache
@@ -59,8 +59,8 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
 
 def test_demo_without_analyses_reports_the_training_only(tmp_path):
     out = tmp_path/'demo'
-    demo(out, '--steps', '2', '--no-analyses')                       # the default preset (tiny)
-    assert json.loads((out/'config.json').read_text())['config']['preset'] == 'tiny'
+    demo(out, '--steps', '2', '--no-analyses')                       # the default preset (tiny2)
+    assert json.loads((out/'config.json').read_text())['config']['preset'] == 'tiny2'
     assert not (out/'analysis').exists() or not any((out/'analysis').glob('*.parquet'))
     html = (out/'report.html').read_text()
     assert 'Training curves' in html and 'Linear probes' not in html and 'World knowledge' not in html

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from nl_embryo.core import NlEmbryoError
+from nl_embryo.core import NlEmbryoError, autocast_dtype
 from nl_embryo.corpora import get_tokenizer
 from nl_embryo.models import build_model
 from nl_embryo.probes import (ProbeTask, align_words, analyze_probes, classification_scores, control_labels, extract_features,
@@ -88,8 +88,9 @@ def test_multi_piece_words_align(tiny_model):
     for pooling in ('mean', 'first'):
         X, keep = extract_features(model, tok, task, pooling=pooling)
         assert keep.all() and X.shape == (3, 5, 256)
-        with torch.no_grad():
-            hs = torch.stack(model.base_model(input_ids=torch.tensor(al.input_ids[0])[None], output_hidden_states=True).hidden_states)[:, 0]
+        amp = autocast_dtype('cpu')      # the direct computation in the analyses' precision (bf16 where the CPU has it)
+        with torch.no_grad(), torch.autocast('cpu', dtype=amp or torch.bfloat16, enabled=amp is not None):
+            hs = torch.stack(model.base_model(input_ids=torch.tensor(al.input_ids[0])[None], output_hidden_states=True).hidden_states)[:, 0].float()
         vec = lambda r: hs[:, al.pieces(r)].mean(1) if pooling == 'mean' else hs[:, al.pieces(r)[0]]
         assert np.allclose(X[0], vec(0).numpy(), atol=1e-5)
         assert np.allclose(X[1], ((vec(3) + vec(4)) / 2).numpy(), atol=1e-5)     # a span: the mean of its words
