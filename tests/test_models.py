@@ -162,7 +162,7 @@ def test_flops_parts_and_equal_steps():
 def test_errors():
     with pytest.raises(NlEmbryoError, match='bert, roberta'):
         build_model('gpt2')
-    with pytest.raises(NlEmbryoError, match='tiny, small, base'):
+    with pytest.raises(NlEmbryoError, match='tiny, tiny2, small, base'):
         build_model('bert', 'giant')
     with pytest.raises(NlEmbryoError):
         build_model('bert', vocab_size=4)
