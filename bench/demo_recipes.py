@@ -42,11 +42,14 @@ VARIANTS = {   # name -> demo_config overrides (tiny2 with its recipe: the demo'
     'tiny, 50% masking, all [MASK] (100/0/0)': dict(preset='tiny', position_init='random', mask_split='100/0/0'),
     "2 layers of 256, BERT's recipe, 50% masking, warm-up 0.25": dict(preset=dict(name='wide2', hidden=256, layers=2, heads=4, intermediate=1024),
                                                                       recipe='bert', mask_prob=0.5, warmup=0.25),   # a size of this run only: no recipe of its own
-    'tiny2, random positions': dict(preset='tiny2', position_init='random'),
-    'tiny2, random positions, seed 1': dict(preset='tiny2', position_init='random', seed=1),
-    'tiny2, sinusoidal positions (the demo)': dict(preset='tiny2'),
-    'tiny2, sinusoidal positions, seed 1': dict(preset='tiny2', seed=1),
-    'tiny2, sinusoidal positions, seed 2': dict(preset='tiny2', seed=2),
+    'tiny2, random positions': dict(preset='tiny2', position_init='random', steps=1000),
+    'tiny2, random positions, seed 1': dict(preset='tiny2', position_init='random', steps=1000, seed=1),
+    "tiny2, sinusoidal positions (the demo's recipe)": dict(preset='tiny2', steps=1000),
+    'tiny2, sinusoidal positions, seed 1': dict(preset='tiny2', steps=1000, seed=1),
+    'tiny2, sinusoidal positions, seed 2': dict(preset='tiny2', steps=1000, seed=2),
+    'the demo as it runs (tiny2, 900 steps)': dict(preset='tiny2'),
+    'the demo as it runs, seed 1': dict(preset='tiny2', seed=1),
+    'the demo as it runs, seed 2': dict(preset='tiny2', seed=2),
     'tiny, 50% masking, warm-up 0.25, sinusoidal positions (--preset tiny)': dict(preset='tiny'),
 }
 
