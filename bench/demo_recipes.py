@@ -35,7 +35,7 @@ VARIANTS = {   # name -> demo_config overrides (tiny2 with its recipe: the demo'
     'tiny, warm-up 0.1': dict(preset='tiny', position_init='random', mask_prob=0.3, warmup=0.1),
     'tiny, 40% masking, warm-up 0.25': dict(preset='tiny', position_init='random', mask_prob=0.4, warmup=0.25),
     'tiny, 40% masking, warm-up 0.1': dict(preset='tiny', position_init='random', mask_prob=0.4, warmup=0.1),
-    'tiny, 50% masking, warm-up 0.25 (the demo)': dict(preset='tiny', position_init='random'),
+    'tiny, 50% masking, warm-up 0.25 (the demo until 2026-11-25)': dict(preset='tiny', position_init='random'),
     'tiny, 60% masking, warm-up 0.25': dict(preset='tiny', position_init='random', mask_prob=0.6, warmup=0.25),
     "the demo's recipe over 800 steps": dict(preset='tiny', position_init='random', steps=800),
     "the demo's recipe over 700 steps": dict(preset='tiny', position_init='random', steps=700),
