@@ -62,7 +62,8 @@ def child(spec):
     if isinstance(spec['options'].get('preset'), dict):       # a size of its own: registered in this process only
         p = SizePreset(**spec['options']['preset']); PRESETS[p.name] = p; spec['options']['preset'] = p.name
     from nl_embryo.demo import demo_config, run_analyses
-    from nl_embryo.pretrain import list_checkpoints, pretrain
+    from nl_embryo.checkpoints import list_checkpoints
+    from nl_embryo.pretrain import pretrain
     from nl_embryo.timeline import Run
     t0 = time.perf_counter()
     run_dir = pretrain(demo_config(spec['out'], **spec['options']), quiet=True)

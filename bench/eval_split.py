@@ -25,7 +25,8 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from nl_embryo.corpora import load_corpus
-    from nl_embryo.pretrain import EVAL_MASK_SPLIT, MASK_SPLIT, eval_batches
+    from nl_embryo.objectives import EVAL_MASK_SPLIT, MASK_SPLIT
+    from nl_embryo.pretrain import eval_batches
     from nl_embryo.surgery import masked_lm_loss
     from nl_embryo.core import NlEmbryoError
     from nl_embryo.timeline import Run

@@ -12,11 +12,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .analysis import Analysis, analysis_tables, analyze, register
+from .registry import Analysis, analysis_tables, analyze, register
 from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
-from .models import is_pair, max_positions, set_attention
+from .models import is_pair, max_positions, set_attention, SizePreset, build_model
 from .timeline import Run
+from .data import load_brown_sentences
+from .splits import eval_sentences
 
 # %% auto #0
 __all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_TITLES', 'attention_checkpoint', 'ATTENTION',
@@ -25,17 +27,22 @@ __all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_
            'maps_array', 'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart',
            'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'pattern_emergence', 'grid_image',
            'attention_gif', 'strongest_head', 'attention_data', 'attention_split', 'attention_charts',
-           'attention_files', 'attention_section', 'analyze_attention', 'load_attention', 'AttentionExplorer',
+           'attention_files', 'attention_section', 'attention_phases', 'load_attention', 'AttentionExplorer',
            'step_slider_chart', 'sentence_attention', 'to_bertviz']
+
+# %% ../nbs/08_attention.ipynb #1285aee5
+from fastcore.basics import patch
 
 # %% ../nbs/08_attention.ipynb #224a02fb
 PATTERNS = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm')
 HEAD_CLASSES = ('diagonal', 'vertical', 'vertical+diagonal', 'self', 'heterogeneous')   # Kovaleva et al. 2019, plus self
 
-def default_sentences(n: int = 200, min_words: int = 6, max_words: int = 20, seed: int = 0) -> list[str]:
+def default_sentences(n: int = 200,         # how many sentences to sample
+                      min_words: int = 6,   # the fewest words a sentence may have
+                      max_words: int = 20,  # the most words a sentence may have
+                      seed: int = 0,        # the sampling seed: the same seed gives the same sentences
+                     ) -> list[str]:        # the sentences' texts
     "A fixed random sample of `n` Brown evaluation sentences (`nl_embryo.splits`) of `min_words`…`max_words` words (the default input of the attention analyses)."
-    from nl_embryo.data import load_brown_sentences
-    from nl_embryo.splits import eval_sentences
     df = eval_sentences(load_brown_sentences(), 'brown')
     words = df['text'].str.count(' ') + 1
     pool = df[(words >= min_words) & (words <= max_words)]
@@ -44,7 +51,8 @@ def default_sentences(n: int = 200, min_words: int = 6, max_words: int = 20, see
                             "ask for fewer sentences, or widen min_words/max_words")
     return pool.sample(n, random_state=seed)['text'].tolist()
 
-def as_sentences(data) -> list[str]:
+def as_sentences(data,  # a string, a list or Series of strings, a frame with a `text` column, or None (the default Brown sample)
+                ) -> list[str]:  # the sentences, each a non-empty string
     "Sentences from `data`: a list of strings, a Series, or a frame with a `text` column; None: `default_sentences()`."
     if data is None: return default_sentences()
     if isinstance(data, pd.DataFrame):
@@ -61,7 +69,8 @@ def as_sentences(data) -> list[str]:
 def _parts(model): return [model.generator, model.discriminator] if is_pair(model) else [model]
 
 @contextlib.contextmanager
-def eager_attention(model):
+def eager_attention(model,  # a transformers model or an `ElectraPair` (both of its models are switched)
+                   ):
     "Switch `model` (a transformers model or an `ElectraPair`) to eager attention — the one that returns attention weights — inside the block, and back afterwards."
     before = [getattr(getattr(m, 'config', None), '_attn_implementation', None) for m in _parts(model)]
     if all(b in (None, 'eager') for b in before):
@@ -82,7 +91,8 @@ def _is_punct(tok: str) -> bool:
     t = tok[2:] if tok.startswith('##') else tok.lstrip('Ġ▁')
     return bool(t) and all(unicodedata.category(c).startswith('P') or c == '`' for c in t)
 
-def token_classes(tokenizer) -> dict[str, np.ndarray]:
+def token_classes(tokenizer,  # a transformers tokenizer: its vocabulary and special tokens
+                 ) -> dict[str, np.ndarray]:  # `cls`, `sep` and `punct`: a boolean array over the token ids each
     "Boolean tables over the vocabulary: `cls`, `sep` (the special tokens) and `punct` (tokens made only of punctuation)."
     n = len(tokenizer)
     toks = tokenizer.convert_ids_to_tokens(list(range(n)))
@@ -94,7 +104,12 @@ def token_classes(tokenizer) -> dict[str, np.ndarray]:
     return out
 
 # %% ../nbs/08_attention.ipynb #5c9977cf
-def attention_batches(model, tokenizer, sentences, batch_size: int = 64, max_tokens: int = 128):
+def attention_batches(model,                  # a transformers model or an `ElectraPair` (its discriminator is read)
+                      tokenizer,              # the model's tokenizer
+                      sentences,              # anything `as_sentences` takes (None: the default Brown sample)
+                      batch_size: int = 64,   # sentences per forward pass
+                      max_tokens: int = 128,  # a sentence is truncated to this many tokens (and to the model's position limit)
+                     ):
     "Yield `(index, ids, valid, attentions)` per batch: sentence indices, token ids and real-token mask (B × T), and a tuple of per-layer attention (B × heads × T × T). Eager attention is on only inside."
     sents = as_sentences(sentences)
     net = _encoder(model)
@@ -128,12 +143,18 @@ def _masked_rows(a: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     a.div_(a.sum(-1, keepdim=True).clamp_min_(1e-12))
     return a.mul_(valid[:, None, :, None])
 
+# %% ../nbs/08_attention.ipynb #e621ed8c
 class AttentionStats:
     """Running sums over sentences, per (layer, head): the position-aligned average map (up to `map_len` tokens) and the
     pattern scores; optionally the maps of a few example sentences. The maps take O(layers · heads · map_len²) memory
     however many sentences pass; the scores are also kept per sentence (O(sentences · layers · heads · patterns), small),
     so that their intervals can be bootstrapped over sentences."""
-    def __init__(self, n_layers: int, n_heads: int, map_len: int = 32, examples=()):
+    def __init__(self,
+                 n_layers: int,      # the model's Transformer layers
+                 n_heads: int,       # attention heads per layer
+                 map_len: int = 32,  # the maps cover the first `map_len` positions (tokens)
+                 examples=(),        # indices of the sentences (positions in the input) whose own maps are kept
+                ):
         self.L, self.H, self.M = n_layers, n_heads, map_len
         self.map_sum = np.zeros((n_layers, n_heads, map_len, map_len))
         self.rows = np.zeros(map_len, np.int64)                       # sentences that reach each row
@@ -143,72 +164,93 @@ class AttentionStats:
         self.examples = {int(i): None for i in examples}
         self.n_sentences = self.n_tokens = 0
 
-    def update(self, index, ids, valid, attentions, classes: dict[str, np.ndarray]):
-        "Add one batch (as `attention_batches` yields it); `classes` is `token_classes(tokenizer)`."
-        if len(attentions) != self.L or attentions[0].shape[1] != self.H:
-            raise NlEmbryoError(f"a batch has {len(attentions)} layers x {attentions[0].shape[1]} heads, the stats were made for {self.L} x {self.H}", "use one AttentionStats per model")
-        v = valid.float(); n = valid.sum(1)                           # real tokens; sentence lengths
-        keys = torch.stack([torch.as_tensor(classes[k])[ids] for k in ('cls', 'sep', 'punct')], -1).float()
-        logn = torch.log(n.clamp_min(2).float())[:, None, None]
-        M = min(self.M, ids.shape[1])
-        tokens, shifted = float(v.sum()), float(v[:, 1:].sum())       # queries; queries with a previous / next token
-        self.score_n += [tokens, shifted, shifted] + [tokens] * (len(PATTERNS) - 3)
-        per_sent = np.zeros((len(index), self.L, self.H, len(PATTERNS)))
-        nb = n.double().numpy()
-        self.sent_n.append(np.stack([nb, nb - 1, nb - 1] + [nb] * (len(PATTERNS) - 3), -1))
-        for l, a in enumerate(attentions):
-            a = _masked_rows(a.clone(), v)                            # padding rows are 0: they add nothing below
-            ent = torch.special.entr(a).sum(-1)
-            per_query = torch.cat([a.diagonal(dim1=-2, dim2=-1)[..., None],                                  # self
-                                   torch.nn.functional.pad(a.diagonal(-1, -2, -1), (1, 0))[..., None],       # prev
-                                   torch.nn.functional.pad(a.diagonal(1, -2, -1), (0, 1))[..., None],        # next
-                                   torch.einsum('bhqk,bkc->bhqc', a, keys),                                  # cls sep punct
-                                   ent[..., None], (ent / logn)[..., None]], -1)                             # entropy
-            ps = per_query.sum(2).double().numpy()                                                         # (B, H, P)
-            self.score_sum[l] += ps.sum(0); per_sent[:, l] = ps
-            crop = a[..., :M, :M] if M == a.shape[-1] else _masked_rows(a[..., :M, :M].clone(), v[:, :M])
-            self.map_sum[l, :, :M, :M] += crop.sum(0).double().numpy()
-            for b, i in enumerate(index):
-                if int(i) in self.examples:
-                    k = min(int(n[b]), self.M)
-                    if self.examples[int(i)] is None: self.examples[int(i)] = dict(ids=ids[b, :k].tolist(), maps=np.zeros((self.L, self.H, k, k), np.float32))
-                    ex = a[b:b + 1, :, :k, :k]
-                    self.examples[int(i)]['maps'][l] = (ex if k == int(n[b]) else _masked_rows(ex.clone(), v[b:b + 1, :k]))[0].numpy()
-        self.rows[:M] += valid[:, :M].sum(0).numpy()
-        self.sent_sums.append(per_sent)
-        self.n_sentences += len(index); self.n_tokens += int(n.sum())
-        return self
+# %% ../nbs/08_attention.ipynb #39003204
+@patch
+def update(self: AttentionStats,
+           index,                           # the batch's sentence indices (positions in the input)
+           ids,                             # the token ids, B × T, padded
+           valid,                           # the real-token mask, B × T (False: padding)
+           attentions,                      # per layer, the attention weights, B × heads × T × T
+           classes: dict[str, np.ndarray],  # `token_classes(tokenizer)`: the cls / sep / punct tables
+          ):
+    "Add one batch (as `attention_batches` yields it); `classes` is `token_classes(tokenizer)`."
+    if len(attentions) != self.L or attentions[0].shape[1] != self.H:
+        raise NlEmbryoError(f"a batch has {len(attentions)} layers x {attentions[0].shape[1]} heads, the stats were made for {self.L} x {self.H}", "use one AttentionStats per model")
+    v = valid.float(); n = valid.sum(1)                           # real tokens; sentence lengths
+    keys = torch.stack([torch.as_tensor(classes[k])[ids] for k in ('cls', 'sep', 'punct')], -1).float()
+    logn = torch.log(n.clamp_min(2).float())[:, None, None]
+    M = min(self.M, ids.shape[1])
+    tokens, shifted = float(v.sum()), float(v[:, 1:].sum())       # queries; queries with a previous / next token
+    self.score_n += [tokens, shifted, shifted] + [tokens] * (len(PATTERNS) - 3)
+    per_sent = np.zeros((len(index), self.L, self.H, len(PATTERNS)))
+    nb = n.double().numpy()
+    self.sent_n.append(np.stack([nb, nb - 1, nb - 1] + [nb] * (len(PATTERNS) - 3), -1))
+    for l, a in enumerate(attentions):
+        a = _masked_rows(a.clone(), v)                            # padding rows are 0: they add nothing below
+        ent = torch.special.entr(a).sum(-1)
+        per_query = torch.cat([a.diagonal(dim1=-2, dim2=-1)[..., None],                                  # self
+                               torch.nn.functional.pad(a.diagonal(-1, -2, -1), (1, 0))[..., None],       # prev
+                               torch.nn.functional.pad(a.diagonal(1, -2, -1), (0, 1))[..., None],        # next
+                               torch.einsum('bhqk,bkc->bhqc', a, keys),                                  # cls sep punct
+                               ent[..., None], (ent / logn)[..., None]], -1)                             # entropy
+        ps = per_query.sum(2).double().numpy()                                                         # (B, H, P)
+        self.score_sum[l] += ps.sum(0); per_sent[:, l] = ps
+        crop = a[..., :M, :M] if M == a.shape[-1] else _masked_rows(a[..., :M, :M].clone(), v[:, :M])
+        self.map_sum[l, :, :M, :M] += crop.sum(0).double().numpy()
+        for b, i in enumerate(index):
+            if int(i) in self.examples:
+                k = min(int(n[b]), self.M)
+                if self.examples[int(i)] is None: self.examples[int(i)] = dict(ids=ids[b, :k].tolist(), maps=np.zeros((self.L, self.H, k, k), np.float32))
+                ex = a[b:b + 1, :, :k, :k]
+                self.examples[int(i)]['maps'][l] = (ex if k == int(n[b]) else _masked_rows(ex.clone(), v[b:b + 1, :k]))[0].numpy()
+    self.rows[:M] += valid[:, :M].sum(0).numpy()
+    self.sent_sums.append(per_sent)
+    self.n_sentences += len(index); self.n_tokens += int(n.sum())
+    return self
 
-    def average_maps(self) -> np.ndarray:
-        "The average map per head (layers × heads × K × K, K = the rows some sentence reaches); every row sums to 1."
-        K = int((self.rows > 0).sum())
-        avg = self.map_sum[:, :, :K, :K] / self.rows[:K][None, None, :, None]
-        return avg / avg.sum(-1, keepdims=True)
+# %% ../nbs/08_attention.ipynb #8dafbaed
+@patch
+def average_maps(self: AttentionStats) -> np.ndarray:
+    "The average map per head (layers × heads × K × K, K = the rows some sentence reaches); every row sums to 1."
+    K = int((self.rows > 0).sum())
+    avg = self.map_sum[:, :, :K, :K] / self.rows[:K][None, None, :, None]
+    return avg / avg.sum(-1, keepdims=True)
 
-    def scores(self) -> np.ndarray:
-        "The pattern scores as an array (layers × heads × patterns, in the order of `PATTERNS`)."
-        return self.score_sum / np.maximum(self.score_n, 1)
+# %% ../nbs/08_attention.ipynb #dedd820c
+@patch
+def scores(self: AttentionStats) -> np.ndarray:
+    "The pattern scores as an array (layers × heads × patterns, in the order of `PATTERNS`)."
+    return self.score_sum / np.maximum(self.score_n, 1)
 
-    def score_intervals(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """`(lo, hi)`: a percentile bootstrap interval of every score (layers × heads × patterns), resampling sentences:
-        a score is a ratio of sums over sentences, so each resample is a weighted sum (the weights, multinomial counts)."""
-        S = np.concatenate(self.sent_sums) if self.sent_sums else np.zeros((0, self.L, self.H, len(PATTERNS)))
-        Nq = np.concatenate(self.sent_n) if self.sent_n else np.zeros((0, len(PATTERNS)))
-        N = len(S)
-        if N < 2: return np.full(S.shape[1:], np.nan), np.full(S.shape[1:], np.nan)
-        w = np.random.default_rng(seed).multinomial(N, np.full(N, 1 / N), size=n_boot).astype(np.float64)   # (B, N)
-        boots = (w @ S.reshape(N, -1)).reshape(n_boot, self.L, self.H, -1) / np.maximum(w @ Nq, 1)[:, None, None, :]
-        lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2], axis=0)
-        return lo, hi
+# %% ../nbs/08_attention.ipynb #bcf3bdd3
+@patch
+def score_intervals(self: AttentionStats,
+                    n_boot: int = 1000,   # bootstrap resamples
+                    level: float = 0.95,  # the interval's coverage (0.95: a 95% interval)
+                    seed: int = 0,        # the resampling seed
+                   ) -> tuple[np.ndarray, np.ndarray]:  # `(lo, hi)`, each layers × heads × patterns (NaN under 2 sentences)
+    """`(lo, hi)`: a percentile bootstrap interval of every score (layers × heads × patterns), resampling sentences:
+    a score is a ratio of sums over sentences, so each resample is a weighted sum (the weights, multinomial counts)."""
+    S = np.concatenate(self.sent_sums) if self.sent_sums else np.zeros((0, self.L, self.H, len(PATTERNS)))
+    Nq = np.concatenate(self.sent_n) if self.sent_n else np.zeros((0, len(PATTERNS)))
+    N = len(S)
+    if N < 2: return np.full(S.shape[1:], np.nan), np.full(S.shape[1:], np.nan)
+    w = np.random.default_rng(seed).multinomial(N, np.full(N, 1 / N), size=n_boot).astype(np.float64)   # (B, N)
+    boots = (w @ S.reshape(N, -1)).reshape(n_boot, self.L, self.H, -1) / np.maximum(w @ Nq, 1)[:, None, None, :]
+    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2], axis=0)
+    return lo, hi
 
-    @property
-    def nbytes(self) -> int:
-        "Memory held by the running sums (bytes)."
-        return self.map_sum.nbytes + self.rows.nbytes + self.score_sum.nbytes + \
-               sum(e['maps'].nbytes for e in self.examples.values() if e)
+# %% ../nbs/08_attention.ipynb #06254fc8
+@patch(as_prop=True)
+def nbytes(self: AttentionStats) -> int:
+    "Memory held by the running sums (bytes)."
+    return self.map_sum.nbytes + self.rows.nbytes + self.score_sum.nbytes + \
+           sum(e['maps'].nbytes for e in self.examples.values() if e)
 
 # %% ../nbs/08_attention.ipynb #3c96a012
-def classify_heads(scores: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
+def classify_heads(scores: pd.DataFrame,    # tidy scores: `pattern`, `value`, and keys among `step`, `layer`, `head`
+                   threshold: float = 0.5,  # the share of attention a pattern (or pair of patterns) needs to name the class
+                  ) -> pd.DataFrame:        # one row per head: its keys, `head_class`, `class_score`, `diagonal_side`
     """The class of each head from a tidy score frame (columns `pattern`, `value` and keys such as `step`, `layer`,
     `head`): the keys plus `head_class`, `class_score` and `diagonal_side`. Classes after Kovaleva et al. (2019):
     **diagonal** — `threshold` of the attention on the previous or on the next token (`diagonal_side` says which);
@@ -227,8 +269,16 @@ def classify_heads(scores: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame
                         index=w.index).reset_index()
 
 # %% ../nbs/08_attention.ipynb #64005de2
-def attention_tables(model, tokenizer, sentences=None, map_len: int = 32, n_examples: int = 4, batch_size: int = 64,
-                     max_tokens: int = 128, threshold: float = 0.5, progress: bool = False) -> pd.DataFrame:
+def attention_tables(model,                   # a transformers model or an `ElectraPair` (its discriminator is read)
+                     tokenizer,               # the model's tokenizer
+                     sentences=None,          # anything `as_sentences` takes (None: the default Brown sample)
+                     map_len: int = 32,       # the maps cover the first `map_len` positions (tokens)
+                     n_examples: int = 4,     # the first `n_examples` sentences also get maps of their own
+                     batch_size: int = 64,    # sentences per forward pass
+                     max_tokens: int = 128,   # a sentence is truncated to this many tokens
+                     threshold: float = 0.5,  # the head-class threshold (`classify_heads`)
+                     progress: bool = False,  # show a progress bar over the batches
+                    ) -> pd.DataFrame:        # scores and maps in one tidy frame, told apart by its `table` column
     "Pattern scores and average (and example) maps of every head over `sentences`, in one streamed pass; a tidy frame with a `table` column (`scores` or `maps`)."
     sents = as_sentences(sentences)
     cfg = _encoder(model).config
@@ -255,10 +305,12 @@ def attention_tables(model, tokenizer, sentences=None, map_len: int = 32, n_exam
     for c in ('layer', 'head', 'sentence', 'query', 'key'): out[c] = out[c].astype('Int16')
     return out
 
+# %% ../nbs/08_attention.ipynb #c83ae1f4
 SCORE_COLUMNS = ['layer', 'head', 'pattern', 'value', 'lo', 'hi', 'head_class', 'class_score', 'diagonal_side', 'n_sentences', 'n_tokens']
 MAP_COLUMNS = ['layer', 'head', 'sentence', 'query', 'key', 'value', 'query_token', 'key_token']
 
-def split_tables(tables: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_tables(tables: pd.DataFrame,  # an `attention_tables` frame (with `step` when it came from `Run.map`)
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:  # `(scores, maps)`, with integer keys and no `table` column
     "`(scores, maps)` from an `attention_tables` frame (with `step` when it came from `Run.map`)."
     lead = ['step'] if 'step' in tables else []
     out = []
@@ -270,15 +322,29 @@ def split_tables(tables: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         out.append(t)
     return tuple(out)
 
-def attention_scores(model, tokenizer, sentences=None, **options) -> pd.DataFrame:
+# %% ../nbs/08_attention.ipynb #d497c072
+def attention_scores(model,           # a transformers model or an `ElectraPair`
+                     tokenizer,       # the model's tokenizer
+                     sentences=None,  # anything `as_sentences` takes (None: the default Brown sample)
+                     **options,       # other options of `attention_tables` (not `n_examples`: it is 0, no example maps)
+                    ) -> pd.DataFrame:  # the scores table (as `split_tables` gives it)
     "Pattern scores per (layer, head): the `scores` half of `attention_tables` (an analysis for `Run.map`)."
     return split_tables(attention_tables(model, tokenizer, sentences, n_examples=0, **options))[0]
 
-def attention_maps(model, tokenizer, sentences=None, **options) -> pd.DataFrame:
+# %% ../nbs/08_attention.ipynb #d7008b43
+def attention_maps(model,           # a transformers model or an `ElectraPair`
+                   tokenizer,       # the model's tokenizer
+                   sentences=None,  # anything `as_sentences` takes (None: the default Brown sample)
+                   **options,       # other options of `attention_tables` (`map_len`, `n_examples`, ...)
+                  ) -> pd.DataFrame:  # the maps table (as `split_tables` gives it)
     "Average (and example) maps per (layer, head): the `maps` half of `attention_tables` (an analysis for `Run.map`)."
     return split_tables(attention_tables(model, tokenizer, sentences, **options))[1]
 
-def maps_array(maps: pd.DataFrame, step=None, sentence: int = -1) -> np.ndarray:
+# %% ../nbs/08_attention.ipynb #df1c1a0d
+def maps_array(maps: pd.DataFrame,  # a maps table (`split_tables`, `load_attention`), with or without `step`
+               step=None,           # the step to take (None: the last the frame holds)
+               sentence: int = -1,  # -1: the average maps; 0, 1, ...: an example sentence's
+              ) -> np.ndarray:      # the maps, layers × heads × K × K (K: the positions the frame holds)
     "One step's maps as an array (layers × heads × K × K) from a maps frame (`step` None: the frame has one step, or take the last)."
     m = maps
     if 'step' in m:
@@ -297,10 +363,14 @@ def _hadamard(n: int) -> np.ndarray:
     while h.shape[0] < n: h = np.block([[h, h], [h, -h]])
     return h
 
-def shifted_attention_model(offset: int = -1, vocab_size: int = 32, hidden: int = 128, heads: int = 2, layers: int = 2,
-                            sharpness: float = 20.0):
+def shifted_attention_model(offset: int = -1,         # where every head looks, relative to the query: -1 the previous token, 0 itself, +1 the next
+                            vocab_size: int = 32,     # the vocabulary size (word embeddings are zero: the token ids do not matter)
+                            hidden: int = 128,        # the hidden size: a power of 2, divisible by `heads`
+                            heads: int = 2,           # attention heads per layer
+                            layers: int = 2,          # Transformer layers
+                            sharpness: float = 20.0,  # the attention logit of the target token (the others': 0)
+                           ):
     "A BERT (eager attention) whose every head attends to the token `offset` positions away (−1 previous, 0 self, +1 next); sentences up to `hidden // heads` tokens. A known answer for the pattern scores."
-    from nl_embryo.models import SizePreset, build_model
     if hidden & (hidden - 1) or hidden % heads: raise NlEmbryoError(f"hidden={hidden} must be a power of 2 divisible by heads={heads}", "use e.g. hidden=128, heads=2")
     dh = hidden // heads
     model = build_model('bert', SizePreset('shifted', hidden=hidden, layers=layers, heads=heads, intermediate=hidden),
@@ -328,10 +398,12 @@ def _data(df: pd.DataFrame) -> dict:
     "Inline data for a chart (a plain dict: Altair would validate an `InlineData` row by row, slowly)."
     return {'values': json.loads(df.to_json(orient='records', double_precision=5))}
 
+# %% ../nbs/08_attention.ipynb #039a0838
 def _map_color(title='attention'):
     import altair as alt
     return alt.Color('value:Q', scale=alt.Scale(type='sqrt', domain=[0, 1], scheme='blues'), title=title)
 
+# %% ../nbs/08_attention.ipynb #1e75f9cc
 def _select_step(df: pd.DataFrame, step):
     if 'step' not in df: return df, None
     steps = sorted(df['step'].unique())
@@ -339,7 +411,13 @@ def _select_step(df: pd.DataFrame, step):
     if step not in steps: raise NlEmbryoError(f"no step {step} in the frame", f"choose one of: {', '.join(map(str, steps))}")
     return df[df['step'] == step], step
 
-def attention_grid_chart(maps: pd.DataFrame, step=None, sentence: int = -1, size: int = 72, title: str | None = None):
+# %% ../nbs/08_attention.ipynb #aefe1215
+def attention_grid_chart(maps: pd.DataFrame,        # a maps table (`split_tables`, `load_attention`)
+                         step=None,                 # the step to show (None: the last)
+                         sentence: int = -1,        # -1: the average maps; 0, 1, ...: an example sentence's
+                         size: int = 72,            # the width and height of each map (pixels)
+                         title: str | None = None,  # the chart's title (None: one naming the maps and the step)
+                        ):
     "The layers × heads grid of attention maps at one `step` (None: the last): the average map (`sentence=-1`) or one example sentence's."
     import altair as alt
     d, step = _select_step(maps, step)
@@ -354,8 +432,16 @@ def attention_grid_chart(maps: pd.DataFrame, step=None, sentence: int = -1, size
         column=alt.Column('head:O', header=alt.Header(labelExpr="'head ' + datum.value", title=None)),
         spacing=6).properties(title=title or f"{what} per head{'' if step is None else f', step {step}'}")
 
-def head_timeline_chart(maps: pd.DataFrame, layer: int, head: int, steps=None, sentence: int = -1, size: int = 90,
-                        columns: int = 6, title: str | None = None):
+# %% ../nbs/08_attention.ipynb #d5608f9e
+def head_timeline_chart(maps: pd.DataFrame,        # a maps table with a `step` column
+                        layer: int,                # the head's layer (from 1)
+                        head: int,                 # the head (from 1)
+                        steps=None,                # the steps to show (None: all the frame holds)
+                        sentence: int = -1,        # -1: the average map; 0, 1, ...: an example sentence's
+                        size: int = 90,            # the width and height of each frame (pixels)
+                        columns: int = 6,          # frames per row
+                        title: str | None = None,  # the chart's title (None: one naming the layer and head)
+                       ):
     "One head's map across steps: a frame strip (facets wrap after `columns`)."
     import altair as alt
     d = maps[(maps['layer'] == layer) & (maps['head'] == head) & (maps['sentence'] == sentence)]
@@ -368,8 +454,15 @@ def head_timeline_chart(maps: pd.DataFrame, layer: int, head: int, steps=None, s
         facet=alt.Facet('step:O', sort='ascending', header=alt.Header(labelExpr="'step ' + datum.value", title=None)),
         columns=columns, spacing=6).properties(title=title or f"layer {layer}, head {head} across steps")
 
-def attention_map_chart(maps: pd.DataFrame, layer: int, head: int, step=None, sentence: int = -1, size: int = 260,
-                        title: str | None = None):
+# %% ../nbs/08_attention.ipynb #89d30277
+def attention_map_chart(maps: pd.DataFrame,        # a maps table (`split_tables`, `load_attention`)
+                        layer: int,                # the head's layer (from 1)
+                        head: int,                 # the head (from 1)
+                        step=None,                 # the step to show (None: the last)
+                        sentence: int = -1,        # -1: the average map (positions on the axes); 0, 1, ...: an example sentence's (its tokens)
+                        size: int = 260,           # the map's width and height (pixels)
+                        title: str | None = None,  # the chart's title (None: one naming the head, step and sentence)
+                       ):
     "One head's map at one step, with the tokens on the axes when it is a sentence's map."
     import altair as alt
     d, step = _select_step(maps, step)
@@ -390,11 +483,16 @@ def attention_map_chart(maps: pd.DataFrame, layer: int, head: int, step=None, se
     ).properties(width=size, height=size, title=title or f"layer {layer}, head {head}{'' if step is None else f', step {step}'}"
                  f" — {'average over sentences' if sentence < 0 else f'sentence {sentence}'}")
 
+# %% ../nbs/08_attention.ipynb #f4282290
 PATTERN_TITLES = {'self': 'self (diagonal)', 'prev': 'previous token', 'next': 'next token', 'cls': '[CLS]', 'sep': '[SEP]',
                   'punct': 'punctuation', 'entropy': 'entropy (nats)', 'entropy_norm': 'entropy / log n'}
 
-def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm'),
-                         agg: str | None = 'max', columns: int = 4, title: str | None = None):
+def pattern_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` column
+                         patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm'),  # the patterns to show, a facet each
+                         agg: str | None = 'max',   # per layer: 'max' its strongest head (with its interval), 'mean' (or another pandas aggregation) over its heads, None every head
+                         columns: int = 4,          # facets per row
+                         title: str | None = None,  # the chart's title (None: one that says what `agg` shows)
+                        ):
     """Pattern scores over steps (the shared step axis), one line per layer: its head with the `max` score (and that
     head's 95% interval as a band), the `mean` over its heads, or every head (`agg=None`). The step-0 model is every
     line's baseline. Live in a notebook: tooltips, a click on the legend picks a layer, and a step slider marks a
@@ -425,8 +523,14 @@ def pattern_scores_chart(scores: pd.DataFrame, patterns=('self', 'prev', 'next',
         facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(y='independent').add_params(slider).properties(
         title=title or f"head pattern scores over steps ({'the strongest head of each layer, 95% band' if agg == 'max' else agg + ' over heads' if agg else 'every head'})")
 
-def head_scores_chart(scores: pd.DataFrame, layer: int, head: int, step=None,
-                      patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy_norm'), title: str | None = None):
+# %% ../nbs/08_attention.ipynb #8583e2d6
+def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` column
+                      layer: int,            # the head's layer (from 1)
+                      head: int,             # the head (from 1)
+                      step=None,             # the step to mark with a rule (None: no rule)
+                      patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy_norm'),  # the patterns to draw, a line each
+                      title: str | None = None,  # the chart's title (None: one naming the head)
+                     ):
     "One head's pattern scores over steps, with a rule at `step`."
     import altair as alt
     d = scores[(scores['layer'] == layer) & (scores['head'] == head) & scores['pattern'].isin(patterns)]
@@ -442,7 +546,10 @@ def head_scores_chart(scores: pd.DataFrame, layer: int, head: int, step=None,
     return alt.layer(*layers).properties(width=300, height=200, title=title or f"layer {layer}, head {head}: pattern scores")
 
 # %% ../nbs/08_attention.ipynb #557935df
-def pattern_emergence(scores: pd.DataFrame, patterns=('self', 'prev', 'next'), threshold: float = 0.5) -> pd.DataFrame:
+def pattern_emergence(scores: pd.DataFrame,               # a scores table with a `step` column
+                      patterns=('self', 'prev', 'next'),  # the patterns whose shares are summed (default: the diagonal band)
+                      threshold: float = 0.5,             # the summed share one head must reach
+                     ) -> pd.DataFrame:                   # per layer: `first_step` (NA: never), `head`, `share_first`, `share_last`
     "Per layer: the first step at which one head puts `threshold` of its attention on `patterns` (summed), that head, and the best share at the first and last steps."
     band = scores[scores['pattern'].isin(patterns)].groupby(['step', 'layer', 'head'])['value'].sum().reset_index()
     best = band.loc[band.groupby(['step', 'layer'])['value'].idxmax()].sort_values(['layer', 'step'])
@@ -463,7 +570,11 @@ def _colour(v: np.ndarray) -> np.ndarray:
     i = np.minimum(x.astype(int), len(_BLUES) - 2); f = (x - i)[..., None]
     return (_BLUES[i] * (1 - f) + _BLUES[i + 1] * f).astype(np.uint8)
 
-def grid_image(avg: np.ndarray, cell: int = 3, gap: int = 6, label: str = ''):
+def grid_image(avg: np.ndarray,  # the maps, layers × heads × K × K, values in [0, 1]
+               cell: int = 3,    # pixels per token (each side)
+               gap: int = 6,     # pixels between the maps
+               label: str = '',  # the text written above the grid
+              ):
     "A PIL image of a layers × heads grid of maps (array L × H × K × K), `cell` pixels per token, with `label` on top."
     from PIL import Image, ImageDraw
     L, H, K, _ = avg.shape
@@ -477,7 +588,13 @@ def grid_image(avg: np.ndarray, cell: int = 3, gap: int = 6, label: str = ''):
     im = Image.fromarray(img); ImageDraw.Draw(im).text((side, 2), label, fill=(0, 0, 0))
     return im
 
-def attention_gif(maps: pd.DataFrame, path, steps=None, sentence: int = -1, cell: int = 3, duration_ms: int = 700) -> Path:
+def attention_gif(maps: pd.DataFrame,      # a maps table with a `step` column
+                  path,                    # the GIF file to write
+                  steps=None,              # the steps, a frame each, in this order (None: all, sorted)
+                  sentence: int = -1,      # -1: the average maps; 0, 1, ...: an example sentence's
+                  cell: int = 3,           # pixels per token (each side)
+                  duration_ms: int = 700,  # how long each frame shows (milliseconds)
+                 ) -> Path:                # the file written
     "An animated GIF of the grid of maps (rows: layers, columns: heads) over `steps` (default all), written atomically."
     try: import PIL  # noqa: F401
     except ImportError: raise NlEmbryoError("attention_gif needs Pillow", "pip install pillow") from None
@@ -488,36 +605,53 @@ def attention_gif(maps: pd.DataFrame, path, steps=None, sentence: int = -1, cell
     return atomic_write_bytes(path, buf.getvalue())
 
 # %% ../nbs/08_attention.ipynb #b195c53f
-def strongest_head(scores: pd.DataFrame, step=None, patterns=('self', 'prev', 'next')) -> tuple[int, int]:
+def strongest_head(scores: pd.DataFrame,               # a scores table (with or without `step`)
+                   step=None,                          # the step to look at (None: the last)
+                   patterns=('self', 'prev', 'next'),  # the patterns whose shares are summed (default: the diagonal band)
+                  ) -> tuple[int, int]:                # `(layer, head)`, numbered from 1
     "`(layer, head)` of the head with the largest share of attention on `patterns` (default: the diagonal band) at `step` (None: the last)."
     d, _ = _select_step(scores, step)
     band = d[d['pattern'].isin(patterns)].groupby(['layer', 'head'])['value'].sum()
     return tuple(int(x) for x in band.idxmax())
 
+# %% ../nbs/08_attention.ipynb #d2859313
 attention_checkpoint = attention_tables
 
-def attention_data(run, n_sentences: int = 200, seed: int = 0) -> list:
+def attention_data(run,                     # the run (unused: every run gets the same sentences)
+                   n_sentences: int = 200,  # how many Brown sentences
+                   seed: int = 0,           # the sampling seed of `default_sentences`
+                  ) -> list:                # one item: the list of sentences
     "The data of `attention_checkpoint`: `n_sentences` Brown sentences (`default_sentences`), the same for every checkpoint."
     return [default_sentences(n_sentences, seed=seed)]
 
-def attention_split(rows: pd.DataFrame) -> dict:
+# %% ../nbs/08_attention.ipynb #fe90ef1f
+def attention_split(rows: pd.DataFrame,  # the rows of `attention_checkpoint` over the steps, with `step` and `options`
+                   ) -> dict:            # `attention` (the scores) and `attention_maps` (the maps), each with its `options`
     "The two tables of the attention analysis from the rows of `attention_checkpoint`: scores and maps."
     scores, maps = split_tables(rows.drop(columns=['options']))
     return dict(attention=scores.assign(options=rows['options'].iloc[0] if len(rows) else None),
                 attention_maps=maps.assign(options=rows['options'].iloc[0] if len(rows) else None))
 
-def attention_charts(tables: dict) -> dict:
+# %% ../nbs/08_attention.ipynb #6d653caf
+def attention_charts(tables: dict,  # the analysis tables: `attention` (the scores) and `attention_maps`
+                    ) -> dict:      # the charts by name: `attention_patterns`, `attention_grid`, `attention_head`
     "The saved charts: pattern scores over steps, the grid of heads at the last step, the most diagonal head across steps."
     scores, maps = tables['attention'], tables['attention_maps']
     layer, head = strongest_head(scores)
     return dict(attention_patterns=pattern_scores_chart(scores), attention_grid=attention_grid_chart(maps),
                 attention_head=head_timeline_chart(maps, layer, head))
 
-def attention_files(run, tables: dict) -> None:
+# %% ../nbs/08_attention.ipynb #2b8f9f4e
+def attention_files(run,           # the run: the GIF goes to its analysis folder (`run.chart_path`)
+                    tables: dict,  # the analysis tables: `attention` (the scores) and `attention_maps`
+                   ) -> None:
     "Files besides the charts: `attention_grid.gif`, the grid of average maps over the steps."
     attention_gif(tables['attention_maps'], run.chart_path('attention_grid.gif'))
 
-def attention_section(run, tables: dict) -> list:
+# %% ../nbs/08_attention.ipynb #16884c1c
+def attention_section(run,           # the run (unused: the section is drawn from `tables`)
+                      tables: dict,  # the analysis tables: `attention` (the scores) and `attention_maps`
+                     ) -> list:      # the section's items in order: texts, charts, a table and PNG images
     "Attention in a report: pattern scores over steps, the emergence of diagonal heads, head classes, the grid and the strongest head."
     scores, maps = tables['attention'], tables['attention_maps']
     last = int(scores['step'].max())
@@ -539,21 +673,42 @@ def attention_section(run, tables: dict) -> list:
         chart_png(head_timeline_chart(maps, layer, head)),
     ]
 
+# %% ../nbs/08_attention.ipynb #df7f3ddb
+def attention_phases(run,  # a `Run` with an attention table
+                    ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
+    "When the heads' mean attention entropy dropped, and when the first previous- and next-token heads appeared."
+    scores = run.table('attention') if run.has_table('attention') else None
+    if scores is None or scores.empty: return []
+    rows = []
+    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')['value'].mean().sort_index()
+    if len(ent) > 1:
+        hit = ent[ent <= 0.9 * ent.iloc[0]]
+        rows.append(dict(phase='attention entropy dropped', step=int(hit.index[0]) if len(hit) else None,
+                         value=float(hit.iloc[0]) if len(hit) else float(ent.iloc[-1]), reference=float(ent.iloc[0]), source='attention',
+                         detail='mean normalised entropy of the heads at 90% of its step-0 value' if len(hit) else 'not yet'))
+    for pattern, name in [('prev', 'first previous-token head'), ('next', 'first next-token head')]:
+        d = scores[scores['pattern'] == pattern]
+        if d.empty: continue
+        best = d.loc[d.groupby('step')['value'].idxmax()].sort_values('step')
+        hit = best[best['value'] >= 0.5]
+        r = hit.iloc[0] if len(hit) else best.iloc[-1]
+        rows.append(dict(phase=name, step=int(r['step']) if len(hit) else None, value=float(r['value']), reference=0.5, source='attention',
+                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}" if len(hit) else f"best share {float(r['value']):.2f} at the last step"))
+    return rows
+
+# %% ../nbs/08_attention.ipynb #3741234b
 ATTENTION = register(Analysis(
     'attention', 'Attention heads over the timeline', attention_checkpoint, attention_data,
     defaults=dict(n_sentences=200, seed=0, map_len=32, n_examples=4, batch_size=64, max_tokens=128, threshold=0.5),
     data_options=('n_sentences', 'seed'), key=('layer', 'head', 'pattern'), tables=attention_split, extra_tables=('attention_maps',),
-    charts=attention_charts, files=attention_files, section=attention_section, eager=True,
+    charts=attention_charts, files=attention_files, section=attention_section, phases=attention_phases, eager=True,
     description='attention maps and pattern scores of every head (paper 002 §4, Clark et al. 2019)'), replace=True)
 
-def analyze_attention(run, steps=None, quiet: bool = False, sentences=None, n_sentences: int = 200, charts: bool = True,
-                      formats=None, **opts) -> pd.DataFrame:
-    "The older name of `analyze(run, 'attention', ...)`, kept for one release (`sentences`: your own sentences instead of Brown's)."
-    opts.pop('out_dir', None)
-    data = None if sentences is None else [as_sentences(sentences)]
-    return analyze(run, 'attention', steps=steps, progress=not quiet, charts=charts, data=data, n_sentences=n_sentences, **opts)
-
-def load_attention(run, compute: bool = True, **kwargs) -> tuple[pd.DataFrame, pd.DataFrame]:
+# %% ../nbs/08_attention.ipynb #fe676e11
+def load_attention(run,                   # a `Run` or a run folder
+                   compute: bool = True,  # when the tables are missing, compute them (False: raise an error)
+                   **kwargs,              # options for `analyze` when it computes them
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]:  # `(scores, maps)`
     "`(scores, maps)` of a run's attention tables; when missing, `analyze(run, 'attention', **kwargs)` computes them (`compute=False`: an error)."
     run = Run.coerce(run)
     tables = analysis_tables(run, 'attention')
@@ -568,11 +723,16 @@ def _sentence_text(tokens) -> str:
     words = [t for t in tokens if t not in ('[CLS]', '[SEP]', '[PAD]', '<s>', '</s>')]
     return ' '.join(words).replace(' ##', '')
 
+# %% ../nbs/08_attention.ipynb #130bbf38
 class AttentionExplorer:
     "An interactive explorer (ipywidgets) of a run's attention tables: step slider, layer / head / sentence selectors, the map and the head's pattern scores. Control changes read the tables only."
-    def __init__(self, scores: pd.DataFrame, maps: pd.DataFrame, title: str = 'attention explorer'):
+    def __init__(self,
+                 scores: pd.DataFrame,               # the scores table, with a `step` column (`load_attention`)
+                 maps: pd.DataFrame,                 # the maps table, with a `step` column (`load_attention`)
+                 title: str = 'attention explorer',  # the panel's title
+                ):
         import ipywidgets as W
-        if scores.empty or maps.empty: raise NlEmbryoError("the attention tables are empty", "run analyze_attention on a run with checkpoints first")
+        if scores.empty or maps.empty: raise NlEmbryoError("the attention tables are empty", "run analyze(run, 'attention') on a run with checkpoints first")
         self.scores, self.maps = scores, maps
         self.steps = sorted(int(s) for s in maps['step'].unique())
         self._maps = {(int(k[0]), int(k[1])): g for k, g in maps.groupby(['step', 'sentence'])}
@@ -601,53 +761,71 @@ class AttentionExplorer:
         self.update()
 
     @classmethod
-    def from_run(cls, run, compute: bool = True, **kwargs) -> 'AttentionExplorer':
+    def from_run(cls,
+                 run,                   # a `Run` or a run folder
+                 compute: bool = True,  # compute the attention analysis when it is missing (False: raise an error)
+                 **kwargs,              # options for `analyze` when it computes it
+                ) -> 'AttentionExplorer':
         "An explorer of `run`'s attention tables (`load_attention`: computed once if missing, unless `compute=False`)."
         path = run.path if isinstance(run, Run) else Path(run)
         return cls(*load_attention(run, compute=compute, **kwargs), title=f'attention explorer: {path.name}')
 
     def _changed(self, change): self.update()
 
-    def map_chart(self):
-        "The map chart for the current controls (the grid of all heads when head is 0)."
-        d = self._maps[(self.step.value, self.sentence.value)]
-        if self.head.value == 0: return attention_grid_chart(d, sentence=self.sentence.value, size=56)
-        return attention_map_chart(d, self.layer.value, self.head.value, sentence=self.sentence.value, size=300)
+# %% ../nbs/08_attention.ipynb #27d7d113
+@patch
+def map_chart(self: AttentionExplorer):
+    "The map chart for the current controls (the grid of all heads when head is 0)."
+    d = self._maps[(self.step.value, self.sentence.value)]
+    if self.head.value == 0: return attention_grid_chart(d, sentence=self.sentence.value, size=56)
+    return attention_map_chart(d, self.layer.value, self.head.value, sentence=self.sentence.value, size=300)
 
-    def scores_chart(self):
-        "The current head's pattern scores over steps (in grid mode: the layer's first head)."
-        layer, head = self.layer.value, self.head.value or 1
-        return head_scores_chart(self._scores[(layer, head)], layer, head, step=self.step.value)
+# %% ../nbs/08_attention.ipynb #8334e05f
+@patch
+def scores_chart(self: AttentionExplorer):
+    "The current head's pattern scores over steps (in grid mode: the layer's first head)."
+    layer, head = self.layer.value, self.head.value or 1
+    return head_scores_chart(self._scores[(layer, head)], layer, head, step=self.step.value)
 
-    def _view(self, key, make) -> str:
-        if key not in self._views:
-            self._views[key] = chart_img(make()); self.renders += 1
-        return self._views[key]
+# %% ../nbs/08_attention.ipynb #0c1eea3b
+@patch
+def _view(self: AttentionExplorer, key, make) -> str:
+    if key not in self._views:
+        self._views[key] = chart_img(make()); self.renders += 1
+    return self._views[key]
 
-    def update(self):
-        "Redraw the views for the current controls (from the tables in memory)."
-        s, l, h, x = self.step.value, self.layer.value, self.head.value, self.sentence.value
-        self.map_view.value = self._view(('map', s, l if h else 0, h, x), self.map_chart)
-        self.score_view.value = self._view(('scores', s, l, h or 1), self.scores_chart)
-        d = self._scores[(l, h or 1)]; d = d[d['step'] == s]
-        cls = d['head_class'].iloc[0] if 'head_class' in d and len(d) else ''
-        rows = ''.join(f"<tr><td>{PATTERN_TITLES.get(p, p)}</td><td style='text-align:right'>{v:.3f}</td></tr>" for p, v in zip(d['pattern'], d['value']))
-        self.table.value = f"<div>layer {l}, head {h or 1} at step {s}: <b>{cls}</b></div><table>{rows}</table>"
+# %% ../nbs/08_attention.ipynb #a4fcf8e3
+@patch
+def update(self: AttentionExplorer):
+    "Redraw the views for the current controls (from the tables in memory)."
+    s, l, h, x = self.step.value, self.layer.value, self.head.value, self.sentence.value
+    self.map_view.value = self._view(('map', s, l if h else 0, h, x), self.map_chart)
+    self.score_view.value = self._view(('scores', s, l, h or 1), self.scores_chart)
+    d = self._scores[(l, h or 1)]; d = d[d['step'] == s]
+    cls = d['head_class'].iloc[0] if 'head_class' in d and len(d) else ''
+    rows = ''.join(f"<tr><td>{PATTERN_TITLES.get(p, p)}</td><td style='text-align:right'>{v:.3f}</td></tr>" for p, v in zip(d['pattern'], d['value']))
+    self.table.value = f"<div>layer {l}, head {h or 1} at step {s}: <b>{cls}</b></div><table>{rows}</table>"
 
-    def static(self):
-        "The current views as static HTML (for a page without a kernel, e.g. the docs)."
-        from IPython.display import HTML
-        return HTML(f"<div style='display:flex;gap:12px;align-items:flex-start'>{self.map_view.value}{self.score_view.value}</div>")
+# %% ../nbs/08_attention.ipynb #bf57090c
+@patch
+def static(self: AttentionExplorer):
+    "The current views as static HTML (for a page without a kernel, e.g. the docs)."
+    from IPython.display import HTML
+    return HTML(f"<div style='display:flex;gap:12px;align-items:flex-start'>{self.map_view.value}{self.score_view.value}</div>")
 
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
-
-# %% ../nbs/08_attention.ipynb #1285aee5
-from fastcore.basics import patch
+# %% ../nbs/08_attention.ipynb #033b10e2
+@patch
+def _ipython_display_(self: AttentionExplorer):
+    from IPython.display import display
+    display(self.widget)
 
 # %% ../nbs/08_attention.ipynb #0bf7e459
-def step_slider_chart(maps: pd.DataFrame, layer: int, head: int, sentence: int = -1, size: int = 260):
+def step_slider_chart(maps: pd.DataFrame,  # a maps table with a `step` column
+                      layer: int,          # the head's layer (from 1)
+                      head: int,           # the head (from 1)
+                      sentence: int = -1,  # -1: the average map; 0, 1, ...: an example sentence's
+                      size: int = 260,     # the map's width and height (pixels)
+                     ):
     "One head's map with a step slider (`step_slider`: a Vega-Lite parameter `checkpoint` bound to a range input): all steps' maps in one chart, no kernel needed."
     import altair as alt
     d = maps[(maps['layer'] == layer) & (maps['head'] == head) & (maps['sentence'] == sentence)]
@@ -666,17 +844,26 @@ def step_slider_chart(maps: pd.DataFrame, layer: int, head: int, sentence: int =
 
 # %% ../nbs/08_attention.ipynb #4bb7967e
 @patch
-def step_chart(self: AttentionExplorer, size: int = 260):
+def step_chart(self: AttentionExplorer,
+               size: int = 260,  # the map's width and height (pixels)
+              ):
     "The explorer's current head (the layer's first in grid mode) and sentence as a `step_slider_chart`, for pages without a kernel."
     return step_slider_chart(self.maps, self.layer.value, self.head.value or 1, sentence=self.sentence.value, size=size)
 
 # %% ../nbs/08_attention.ipynb #9ef83b74
-def sentence_attention(model, tokenizer, sentence: str, max_tokens: int = 128) -> dict:
+def sentence_attention(model,                  # a transformers model or an `ElectraPair` (its discriminator is read)
+                       tokenizer,              # the model's tokenizer
+                       sentence: str,          # the sentence
+                       max_tokens: int = 128,  # it is truncated to this many tokens
+                      ) -> dict:               # `attention` (a 1 × heads × T × T tensor per layer) and `tokens`
     "One sentence's attention as bertviz's `head_view` / `model_view` take it: `dict(attention=(layer tensors 1 × heads × T × T, …), tokens=[…])`."
     (_, ids, _, att), = attention_batches(model, tokenizer, [sentence], batch_size=1, max_tokens=max_tokens)
     return dict(attention=tuple(a.clone() for a in att), tokens=tokenizer.convert_ids_to_tokens(ids[0].tolist()))
 
-def to_bertviz(maps: pd.DataFrame, step=None, sentence: int = 0) -> dict:
+def to_bertviz(maps: pd.DataFrame,  # a maps table (`split_tables`, `load_attention`)
+               step=None,           # the step (None: the last)
+               sentence: int = 0,   # an example sentence's index (0, 1, ...; the average map has no tokens)
+              ) -> dict:            # `attention` (a 1 × heads × K × K tensor per layer) and `tokens`
     "An example sentence's cached maps (`sentence` ≥ 0) in bertviz's form: `dict(attention=(…), tokens=[…])`; `step` None: the last."
     if sentence < 0: raise NlEmbryoError("the average map has no tokens", "pass an example sentence index (0, 1, ...)")
     a = maps_array(maps, step, sentence)

@@ -41,7 +41,8 @@ def _check_value(name, v):
     raise NlEmbryoError(f"grid parameter {name!r} has a value of type {type(v).__name__} ({v!r}) that a notebook parameter cannot take",
                         "use strings, numbers, booleans, null, lists or mappings (quote dates and other special values)")
 
-def load_grid(grid) -> dict:
+def load_grid(grid,       # a YAML file's path (.yaml, .yml, .json), YAML text, or a dict
+             ) -> dict:   # the grid: parameter -> value or list of values, and `jobs`
     "Read a grid: a YAML file path, YAML text, or a mapping already in memory. Checks its shape; returns a new dict."
     src = 'the grid'
     if isinstance(grid, dict): g = dict(grid)
@@ -78,19 +79,21 @@ def load_grid(grid) -> dict:
 @dataclasses.dataclass
 class Job:
     "One job of a sweep: its parameters, a stable `id` (hash of the parameters), a readable `name`, its `index` in the sweep's manifest."
-    params: dict
-    name: str = ''
-    index: int | None = None
+    params: dict               # the notebook parameters the job sets: name -> value
+    name: str = ''             # a readable name: the parameters that vary across the grid
+    index: int | None = None   # its index in the manifest `OUT/jobs.json` (None: not in one yet)
     @property
     def id(self) -> str: return job_id(self.params)
 
-def job_id(params: dict) -> str:
+def job_id(params: dict,   # the job's parameters: name -> JSON-serialisable value
+          ) -> str:        # 10 hex digits
     "The stable id of a job: a short hash of its parameters (order-independent; `1`, `1.0`, `'1'` and `true` differ)."
     return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:10]
 
 def _fmt(v) -> str: return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
 
-def expand_grid(grid) -> list[Job]:
+def expand_grid(grid,            # a grid: a YAML file, YAML text or a dict (see `load_grid`)
+               ) -> list[Job]:   # the jobs, named, in the grid's order (no `index` yet)
     "The jobs of a grid (see `load_grid`): the cartesian product of the axes, then the explicit `jobs`, duplicates dropped."
     g = load_grid(grid)
     explicit = g.pop('jobs', None)
@@ -121,14 +124,19 @@ def _read_notebook(notebook) -> dict:
     if not isinstance(data, dict) or 'cells' not in data: raise NlEmbryoError(f"{nb} is not a valid notebook (no cells)", "open and save it in Jupyter, or regenerate it")
     return data
 
+# %% ../nbs/14_batch.ipynb #5b1d277c
 def _source(cell) -> str: return ''.join(cell.get('source', '')) if isinstance(cell.get('source'), list) else cell.get('source', '')
 
-def experiment_fingerprint(notebook) -> str:
+# %% ../nbs/14_batch.ipynb #1de36383
+def experiment_fingerprint(notebook,   # the experiment notebook's path (.ipynb)
+                          ) -> str:    # 16 hex digits
     "A short hash of the code of an experiment notebook (its code cells only: outputs and metadata do not count)."
     cells = [_source(c) for c in _read_notebook(notebook)['cells'] if c.get('cell_type') == 'code']
     return hashlib.sha256('\n# %%\n'.join(cells).encode()).hexdigest()[:16]
 
-def notebook_parameters(notebook) -> dict:
+# %% ../nbs/14_batch.ipynb #17296e07
+def notebook_parameters(notebook,   # the experiment notebook's path (.ipynb)
+                       ) -> dict:   # name -> dict(default=..., help=...)
     "The parameters of an experiment notebook, from its cell tagged `parameters`: name -> dict(default (source text), help)."
     data = _read_notebook(notebook)
     if not any('parameters' in (c.get('metadata', {}).get('tags') or []) for c in data['cells']):
@@ -139,14 +147,17 @@ def notebook_parameters(notebook) -> dict:
     found = papermill.inspect_notebook(str(notebook))
     return {k: dict(default=v.get('default'), help=v.get('help', '')) for k, v in found.items()}
 
+# %% ../nbs/14_batch.ipynb #2e06cfa2
 def _literal(src):
     try: return ast.literal_eval(src)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return None
 
+# %% ../nbs/14_batch.ipynb #5d1379e3
 def _kind(v) -> str:
     return 'a boolean' if isinstance(v, bool) else 'a whole number' if isinstance(v, int) else 'a number' if isinstance(v, float) else \
            'a string' if isinstance(v, str) else 'a list' if isinstance(v, list) else 'a mapping' if isinstance(v, dict) else type(v).__name__
 
+# %% ../nbs/14_batch.ipynb #3786a693
 def _fits(v, default) -> bool:
     "Whether grid value `v` has the type of the parameters cell's `default` (None on either side fits anything; an int fits a float)."
     if v is None or default is None: return True
@@ -158,7 +169,11 @@ def _fits(v, default) -> bool:
     if isinstance(default, dict): return isinstance(v, (dict, str))
     return True
 
-def check_types(jobs: list[Job], params: dict, notebook) -> None:
+# %% ../nbs/14_batch.ipynb #72a66832
+def check_types(jobs: list[Job],   # the jobs of the grid (`expand_grid`)
+                params: dict,      # the notebook's parameters (`notebook_parameters`)
+                notebook,          # the notebook's path (named in the error)
+               ) -> None:
     "Raise `NlEmbryoError` when a grid value's type differs from the default's in the notebook's parameters cell (e.g. `seed: one` for `seed = 0`)."
     for job in jobs:
         for k, v in job.params.items():
@@ -169,12 +184,18 @@ def check_types(jobs: list[Job], params: dict, notebook) -> None:
                                     f"give {k} {_kind(default)} (e.g. {k}: {json.dumps(default) if not isinstance(default, tuple) else list(default)}); "
                                     "in YAML quote a value meant as text and leave numbers and true/false unquoted")
 
-def notebook_checks(notebook) -> str:
+# %% ../nbs/14_batch.ipynb #410c1be0
+def notebook_checks(notebook,  # the experiment notebook's path (.ipynb)
+                   ) -> str:   # the code of its `checks` cells, joined ('' when it has none)
     "The source of an experiment notebook's cells tagged `checks`: plain checks of the parameters (no work, no writes)."
     return '\n'.join(_source(c) for c in _read_notebook(notebook)['cells']
                      if c.get('cell_type') == 'code' and 'checks' in (c.get('metadata', {}).get('tags') or []))
 
-def run_checks(jobs: list[Job], params: dict, notebook) -> None:
+# %% ../nbs/14_batch.ipynb #b0ae506e
+def run_checks(jobs: list[Job],   # the jobs of the grid (`expand_grid`)
+               params: dict,      # the notebook's parameters (`notebook_parameters`): their defaults are in scope
+               notebook,          # the notebook's path, whose `checks` cells run
+              ) -> None:
     """Run the notebook's `checks` cells for every job, with the parameters cell's defaults and the job's values, before
     any job starts: a bad combination (say every analysis turned off) stops the sweep with the notebook's own message."""
     src = notebook_checks(notebook)
@@ -188,7 +209,11 @@ def run_checks(jobs: list[Job], params: dict, notebook) -> None:
             raise NlEmbryoError(f"job {job.name}: the checks of {Path(notebook).name} fail: {type(e).__name__}: {e}",
                                 "correct the grid values it names (see the notebook's parameters cell for their meaning)") from None
 
-def check_grid(jobs: list[Job], params: dict, notebook) -> None:
+# %% ../nbs/14_batch.ipynb #d45046d3
+def check_grid(jobs: list[Job],   # the jobs of the grid (`expand_grid`)
+               params: dict,      # the notebook's parameters (`notebook_parameters`)
+               notebook,          # the notebook's path (its checks cells run; named in the errors)
+              ) -> None:
     """Raise `NlEmbryoError` when a job names a parameter the notebook does not have, sets `out_dir`, or the notebook has no
     `out_dir`; when a value's type differs from the parameters cell's default; or when the notebook's `checks` cells refuse a job."""
     if 'out_dir' not in params:
@@ -205,6 +230,7 @@ def check_grid(jobs: list[Job], params: dict, notebook) -> None:
     check_types(jobs, params, notebook)
     run_checks(jobs, params, notebook)
 
+# %% ../nbs/14_batch.ipynb #3577afd9
 def _check_kernel(kernel: str):
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
     try: KernelSpecManager().get_kernel_spec(kernel)
@@ -215,16 +241,20 @@ def _check_kernel(kernel: str):
 # %% ../nbs/14_batch.ipynb #44febb51
 _ANSI = re.compile(r'\x1b\[[0-9;]*[A-Za-z]')
 
+# %% ../nbs/14_batch.ipynb #ab52e0c5
 def _read_json(p) -> dict:
     try: return json.loads(Path(p).read_text())
     except (OSError, json.JSONDecodeError): return {}
 
-def job_state(job_dir) -> str:
+# %% ../nbs/14_batch.ipynb #d95ba87a
+def job_state(job_dir,   # a job's folder, `OUT/jobs/<id>`
+             ) -> str:   # 'done', 'failed' or 'pending'
     "`done` (status done and results written), `failed`, or `pending` (never run, interrupted, or cut off while running)."
     st = _read_json(Path(job_dir)/'status.json').get('state')
     if st == 'done' and (Path(job_dir)/'results.parquet').exists(): return 'done'
     return 'failed' if st == 'failed' else 'pending'
 
+# %% ../nbs/14_batch.ipynb #930a6152
 def _redirect_fds(f) -> list:
     "Point file descriptors 1 and 2 at file `f`; return what `_restore_fds` needs to undo it."
     saved = []
@@ -235,12 +265,15 @@ def _redirect_fds(f) -> list:
         except OSError: pass
     return saved
 
+# %% ../nbs/14_batch.ipynb #ce905d4d
 def _restore_fds(saved):
     for fd, old in saved:
         try: os.dup2(old, fd); os.close(old)
         except OSError: pass
 
-def run_job(job_dir) -> dict:
+# %% ../nbs/14_batch.ipynb #7aea7ed2
+def run_job(job_dir,    # a job's folder, holding its `job.json`
+           ) -> dict:  # its final status: state ('done', 'failed' or 'interrupted'), error, times, host, ...
     "Execute the job described by `job_dir/job.json` with papermill in this process; write and return its `status.json`."
     import papermill as pm
     job_dir = Path(job_dir).resolve()
@@ -281,8 +314,10 @@ def run_job(job_dir) -> dict:
     atomic_write_json(job_dir/'status.json', status)
     return status
 
+# %% ../nbs/14_batch.ipynb #2f9fcf60
 def _stop_on_sigterm(*_): raise SystemExit('SIGTERM')
 
+# %% ../nbs/14_batch.ipynb #2a65b3e3
 def _job_process():
     "Entry point of a job's own process: `python -c 'from nl_embryo.batch import _job_process; _job_process()' JOB_DIR`."
     signal.signal(signal.SIGTERM, _stop_on_sigterm)   # a timeout or Ctrl-C of the sweep: papermill shuts its kernel down
@@ -308,7 +343,10 @@ def _parse_gpus(gpus) -> list[str]:
     if isinstance(gpus, str): return [] if gpus.strip().lower() in ('', 'none', 'cpu', '-1') else [g.strip() for g in gpus.split(',') if g.strip()]
     return [str(g) for g in gpus]
 
-def worker_slots(workers: int | None = None, gpus=None, gpus_per_job: int = 1) -> list[str | None]:
+def worker_slots(workers: int | None = None,  # jobs at a time (at least 1); None: one per GPU group, else 1
+                 gpus=None,                   # the GPUs to share out: '0,1', a list, a count or 'none'; None: `detect_gpus()`
+                 gpus_per_job: int = 1,       # the GPUs of each worker; 0: the jobs see no GPU
+                ) -> list[str | None]:        # one `CUDA_VISIBLE_DEVICES` value per worker
     "The `CUDA_VISIBLE_DEVICES` of each worker (None: leave the environment as it is; '': hide all GPUs)."
     if workers is not None and workers < 1: raise NlEmbryoError(f"workers={workers} must be at least 1", "pass --workers 1 or more")
     found = detect_gpus() if gpus is None else _parse_gpus(gpus)
@@ -324,10 +362,10 @@ def worker_slots(workers: int | None = None, gpus=None, gpus_per_job: int = 1) -
 @dataclasses.dataclass
 class SweepResult:
     "What a sweep produced: the collected `results` table, one row per job in `jobs`, the `summary` dict, the folder `out`."
-    out: Path
-    results: pd.DataFrame
-    jobs: pd.DataFrame
-    summary: dict
+    out: Path               # the sweep folder
+    results: pd.DataFrame   # the collected tidy table (`out/results.parquet`)
+    jobs: pd.DataFrame      # one row per job: index, id, name, status, call, seconds, error, host, GPUs, parameters
+    summary: dict           # counts, failures and times (`out/summary.json`)
     def __repr__(self): return format_summary(self.summary, self.jobs)
     @property
     def ok(self) -> bool: return self.summary['failed'] == 0 and self.summary['pending'] == 0
@@ -440,8 +478,18 @@ class _Runner:
             except ProcessLookupError: pass
 
 # %% ../nbs/14_batch.ipynb #edcf5784
-def sweep(notebook, grid, out, workers: int | None = None, retry_failed: bool = False, gpus=None, quiet: bool = False,
-          kernel: str = 'python3', timeout=None, gpus_per_job: int = 1, allow_changed: bool = False) -> SweepResult:
+def sweep(notebook,                     # the experiment notebook (.ipynb, with a cell tagged `parameters`)
+          grid,                         # the grid: a YAML file, YAML text or a dict (see `load_grid`)
+          out,                          # the sweep folder (created; a second call resumes it)
+          workers: int | None = None,   # jobs at a time; None: one per GPU group, else 1
+          retry_failed: bool = False,   # rerun the failed jobs too (else they are skipped)
+          gpus=None,                    # the GPUs to share out: '0,1', a count or 'none'; None: `detect_gpus()`
+          quiet: bool = False,          # no progress bar and no printed summary
+          kernel: str = 'python3',      # the Jupyter kernel that runs the notebook
+          timeout=None,                 # the wall-clock limit of a job: seconds or '30m', '2h', '1d'; None: no limit
+          gpus_per_job: int = 1,        # the GPUs of each worker; 0: the jobs see no GPU
+          allow_changed: bool = False,  # keep the completed jobs although the notebook's code changed (else an error)
+         ) -> SweepResult:
     """Run experiment `notebook` once per job of `grid` (a YAML file, YAML text or dict) into folder `out`, `workers` jobs
     at a time (default: one per GPU group, else 1); skip completed jobs, rerun failed ones only with `retry_failed`; collect
     `out/results.parquet` and `out/summary.json`. `gpus`: the GPUs to share out ('0,1', a count, 'none'; default
@@ -481,12 +529,19 @@ def _parquet_safe(df: pd.DataFrame, cols) -> pd.DataFrame:
         if len(kinds) > 1 or kinds & {list, dict}: df[c] = df[c].map(lambda v: None if v is None else _fmt(v))
     return df
 
+# %% ../nbs/14_batch.ipynb #0744d945
 def _all_equal(col, v) -> bool:
     try: return bool((col == v).all())
     except Exception: return False
 
-def collect(out, jobs=None, calls: dict | None = None, wall_seconds: float | None = None, retry_failed: bool = False,
-            quiet: bool = True) -> SweepResult:
+# %% ../nbs/14_batch.ipynb #29c54efc
+def collect(out,                               # the sweep folder
+            jobs=None,                         # the ids of the jobs to collect; None: every job of the manifest
+            calls: dict | None = None,         # job id -> 'ran' or 'skipped' by this call, for the summary; None: not counted
+            wall_seconds: float | None = None, # this call's wall time, for the summary; None: not reported
+            retry_failed: bool = False,        # whether this call reran failed jobs (else the summary counts those not rerun)
+            quiet: bool = True,                # do not print the summary
+           ) -> SweepResult:
     "Gather the jobs of sweep folder `out` (default: every job of its manifest) into `out/results.parquet` and `out/summary.json`."
     out = Path(out).resolve()
     meta, manifest = _read_json(out/'sweep.json'), _read_json(out/'jobs.json').get('jobs')
@@ -530,7 +585,10 @@ def collect(out, jobs=None, calls: dict | None = None, wall_seconds: float | Non
     if not quiet: print(res)
     return res
 
-def format_summary(summary: dict, jobs: pd.DataFrame | None = None) -> str:
+# %% ../nbs/14_batch.ipynb #b2763156
+def format_summary(summary: dict,                   # a sweep's summary (`SweepResult.summary`, `out/summary.json`)
+                   jobs: pd.DataFrame | None = None,  # the job table (`SweepResult.jobs`); None: no table
+                  ) -> str:
     "The printed summary of a sweep: counts, the job table, times, the failures and what to do about them."
     s = summary
     head = f"sweep {s['out']}: {s['jobs']} job(s): {s['done']} done, {s['failed']} failed, {s['pending']} pending"
@@ -558,19 +616,32 @@ def _array_spec(indices: list[int]) -> str:
         g = [v for _, v in grp]; parts.append(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]))
     return ','.join(parts)
 
+# %% ../nbs/14_batch.ipynb #cc399ed7
 def _slurm_time(seconds: float) -> str:
     m = max(1, int(-(-seconds // 60))); d, m = divmod(m, 1440); h, m = divmod(m, 60)
     return f"{d}-{h:02d}:{m:02d}:00" if d else f"{h:02d}:{m:02d}:00"
 
+# %% ../nbs/14_batch.ipynb #7a4d8b90
 def _nl_embryo_command() -> str:
     exe = Path(sys.executable).parent/'nl-embryo'
     if exe.exists(): return shlex.quote(str(exe))
     if w := shutil.which('nl-embryo'): return shlex.quote(w)
     return f"{shlex.quote(sys.executable)} -c 'import sys; from nl_embryo.cli import main; sys.exit(main())'"
 
-def write_slurm(notebook, grid, out, workers: int | None = None, retry_failed: bool = False, gpus_per_job: int = 0,
-                timeout=None, kernel: str = 'python3', sbatch_options=(), setup=(), allow_changed: bool = False,
-                quiet: bool = False) -> Path | None:
+# %% ../nbs/14_batch.ipynb #bf6387e5
+def write_slurm(notebook,                     # the experiment notebook (.ipynb, with a cell tagged `parameters`)
+                grid,                         # the grid: a YAML file, YAML text or a dict (see `load_grid`)
+                out,                          # the sweep folder (created; the scripts go to `out/slurm`)
+                workers: int | None = None,   # array tasks at a time (`--array=...%N`); None: no limit
+                retry_failed: bool = False,   # submit the failed jobs too (else only the pending ones)
+                gpus_per_job: int = 0,        # the GPUs of each task (`--gres=gpu:N`); 0: none asked for
+                timeout=None,                 # a task's time limit: seconds or '30m', '2h', '1d' (`--time`); None: Slurm's default
+                kernel: str = 'python3',      # the Jupyter kernel that runs the notebook
+                sbatch_options=(),            # #SBATCH options, e.g. '--partition=gpu' or 'mem=32G' (a string: one option)
+                setup=(),                     # shell lines each task runs first, e.g. 'source .venv/bin/activate' (a string: one)
+                allow_changed: bool = False,  # keep the completed jobs although the notebook's code changed (else an error)
+                quiet: bool = False,          # print nothing
+               ) -> Path | None:
     """Prepare the jobs of a sweep for Slurm: write `out/slurm/array.sbatch` (one array task per job still to run, at most
     `workers` at a time, each running `nl-embryo sweep --out OUT --run-job $SLURM_ARRAY_TASK_ID`) and
     `out/slurm/collect.sbatch`; print the submit command. Returns the array script, or None when every job is done."""
@@ -604,7 +675,11 @@ def write_slurm(notebook, grid, out, workers: int | None = None, retry_failed: b
               f"(or just: sbatch {q(str(d/'array.sbatch'))}, then nl-embryo sweep --out {q(str(out))} --collect)")
     return d/'array.sbatch'
 
-def run_job_index(out, index: int, quiet: bool = False) -> dict:
+# %% ../nbs/14_batch.ipynb #92bcbb2c
+def run_job_index(out,                  # the sweep folder (holding `sweep.json` and `jobs.json`)
+                  index: int,           # the job's index in `out/jobs.json` (a Slurm array task's id)
+                  quiet: bool = False,  # print nothing
+                 ) -> dict:             # the job's status
     "Run job number `index` of sweep folder `out` (its manifest `out/jobs.json`) in this process, as a Slurm array task does; a done job is skipped."
     out = Path(out).resolve()
     meta, manifest = _read_json(out/'sweep.json'), _read_json(out/'jobs.json').get('jobs')
@@ -650,7 +725,8 @@ def _sweep_cli(args):
                 allow_changed=args.allow_changed)
     if res.summary['failed']: sys.exit(1)
 
-def add_sweep_parser(subparsers):
+def add_sweep_parser(subparsers,  # the `add_subparsers()` object of the `nl-embryo` argparse parser
+                    ):            # the new `sweep` parser
     "Add the `sweep` command to an argparse sub-parsers object (the `nl-embryo` parser); returns the new parser."
     p = subparsers.add_parser('sweep', help='run an experiment notebook over a parameter grid (papermill; local workers or a Slurm array)',
                               description='Run a parameterized experiment notebook once per job of a grid; collect OUT/results.parquet.')

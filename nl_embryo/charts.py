@@ -16,7 +16,9 @@ __all__ = ['THEME', 'CHART_FORMATS', 'VEGA_MIME', 'EMBED_OPTIONS', 'step_ticks',
            'chart_img', 'chart_png', 'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
-def step_ticks(steps, max_ticks: int = 12) -> list[int]:
+def step_ticks(steps,                 # the checkpoint steps of a run (any iterable of ints; duplicates and order ignored)
+               max_ticks: int = 12,   # the most ticks to keep when there are more steps (the first and last always kept)
+              ) -> list[int]:         # the tick values, sorted
     "Tick values for `steps` (the checkpoint steps of a run): all of them when few, else a log-spread subset with the first and the last."
     steps = sorted({int(s) for s in steps})
     if len(steps) <= max_ticks: return steps
@@ -26,7 +28,11 @@ def step_ticks(steps, max_ticks: int = 12) -> list[int]:
         chosen.add(steps[int(np.argmin(np.abs(pos - target)))])
     return sorted(chosen)
 
-def step_axis(steps=None, title: str = 'step', field: str = 'step', max_ticks: int = 12):
+def step_axis(steps=None,            # the checkpoint steps to put ticks at (e.g. `df.step`); None: Vega-Lite's own ticks
+              title: str = 'step',   # the axis title
+              field: str = 'step',   # the column of the step
+              max_ticks: int = 12,   # the most ticks (see `step_ticks`)
+             ):                      # an `alt.X` encoding
     "The x encoding of every chart over training steps: symlog scale (step 0 at the origin), ticks at the checkpoint `steps` (e.g. `df.step`)."
     import altair as alt
     axis = dict(format=',d', labelOverlap='greedy', grid=False)
@@ -34,7 +40,10 @@ def step_axis(steps=None, title: str = 'step', field: str = 'step', max_ticks: i
     return alt.X(f'{field}:Q', scale=alt.Scale(type='symlog', constant=1, nice=False), axis=alt.Axis(**axis), title=title)
 
 # %% ../nbs/04b_charts.ipynb #a24844d6
-def step_slider(steps, at=None, name: str = 'checkpoint'):
+def step_slider(steps,                     # the checkpoint steps the slider runs over (at least one)
+                at=None,                   # the step it starts at (must be one of `steps`); None: the last one
+                name: str = 'checkpoint',  # the parameter's name (also the slider's label)
+               ):                          # the `alt.param` and the Vega expression of the step it points at
     "A Vega-Lite parameter `name` bound to a slider over the checkpoints of `steps` (its value: a checkpoint's index, first that of step `at`, else the last), and the Vega expression of the step it points at."
     import altair as alt
     steps = sorted({int(s) for s in steps})
@@ -43,7 +52,15 @@ def step_slider(steps, at=None, name: str = 'checkpoint'):
     param = alt.param(name=name, value=len(steps) - 1 if at is None else steps.index(int(at)), bind=alt.binding_range(min=0, max=len(steps) - 1, step=1, name=f'{name} '))
     return param, f"{json.dumps(steps)}[{name}]"
 
-def step_marks(x, at: str, y='value:Q', color=None, tooltip=None, groupby=(), where=None, field: str = 'step') -> list:
+def step_marks(x,                     # the x encoding (the chart's `step_axis`)
+               at: str,               # the Vega expression of the marked step (the second value of `step_slider`)
+               y='value:Q',           # the y encoding of the points
+               color=None,            # the colour encoding of the points (None: none)
+               tooltip=None,          # the tooltip encoding of the points (None: none)
+               groupby=(),            # the facet fields (one rule and label per facet)
+               where=None,            # a filter (a Vega expression or predicate) of the rows to mark; None: all rows
+               field: str = 'step',   # the column of the step
+              ) -> list:              # the layers: the rule, its label, the points
     "The layers that mark the checkpoint `at` (from `step_slider`): a dashed rule labelled 'step N' and each line's point there; `groupby`: the facet fields, `where`: a filter of the rows."
     import altair as alt
     here = alt.Chart() if where is None else alt.Chart().transform_filter(where)
@@ -83,7 +100,13 @@ def use_theme() -> None:
     _THEME_ON.append(True)
 
 # %% ../nbs/04b_charts.ipynb #06f8b0e3
-def interval_band(x, y_lo: str = 'lo', y_hi: str = 'hi', color=None, opacity: float = 0.18, kind: str = 'band'):
+def interval_band(x,                      # the x encoding (e.g. `step_axis`)
+                  y_lo: str = 'lo',       # the column of the interval's lower end
+                  y_hi: str = 'hi',       # the column of the interval's upper end
+                  color=None,             # the colour encoding (None: none)
+                  opacity: float = 0.18,  # the band's opacity (error bars are drawn at 0.6)
+                  kind: str = 'band',     # 'band': a filled area; anything else: error bars (rules)
+                 ):                       # an Altair mark with no data (layer it with data)
     "A mark drawing the `[y_lo, y_hi]` interval of each point: a band over a quantitative `x`, error bars otherwise (layer it under the lines)."
     import altair as alt
     enc = dict(x=x, y=alt.Y(f'{y_lo}:Q'), y2=alt.Y2(f'{y_hi}:Q'))
@@ -91,7 +114,11 @@ def interval_band(x, y_lo: str = 'lo', y_hi: str = 'hi', color=None, opacity: fl
     mark = alt.Chart().mark_area(opacity=opacity) if kind == 'band' else alt.Chart().mark_rule(opacity=0.6)
     return mark.encode(**enc)
 
-def baseline_rules(baselines: pd.DataFrame, y: str = 'value', label: str = 'baseline', color: str = 'gray'):
+def baseline_rules(baselines: pd.DataFrame,  # one row per reference value
+                   y: str = 'value',          # the column of the value
+                   label: str = 'baseline',   # the column of its label
+                   color: str = 'gray',       # the colour of the rules and labels
+                  ):                          # a layer of the rules and their labels
     "Dashed horizontal rules at `baselines[y]`, labelled by `baselines[label]` (tooltip and a text mark at the right edge)."
     import altair as alt
     rule = alt.Chart(baselines).mark_rule(strokeDash=[5, 4], color=color).encode(
@@ -103,6 +130,7 @@ def baseline_rules(baselines: pd.DataFrame, y: str = 'value', label: str = 'base
 # %% ../nbs/04b_charts.ipynb #3908b56d
 CHART_FORMATS = ('html', 'png', 'svg')
 
+# %% ../nbs/04b_charts.ipynb #93bb6fb2
 def cache_js_bundle() -> None:
     """Let vl-convert build its JavaScript bundle once per process. altair asks it for the same bundle for every inline
     (offline) HTML chart, and vl-convert builds it anew each time: about 0.6 s a chart on the project's CPU, 8 s of the
@@ -110,7 +138,12 @@ def cache_js_bundle() -> None:
     import functools, vl_convert as vlc
     if not hasattr(vlc.javascript_bundle, 'cache_info'): vlc.javascript_bundle = functools.lru_cache(maxsize=4)(vlc.javascript_bundle)
 
-def save_chart(chart, path, formats=('html', 'png'), scale: float = 2.0) -> dict[str, Path]:
+# %% ../nbs/04b_charts.ipynb #bed60b44
+def save_chart(chart,                     # an Altair chart
+               path,                      # the files' path without extension (the format is appended: `path.html`, ...)
+               formats=('html', 'png'),   # which of `CHART_FORMATS` to write
+               scale: float = 2.0,        # the PNG's pixels per chart pixel
+              ) -> dict[str, Path]:       # the written paths by format
     "Save `chart` as `path.html` (self-contained, renders offline), `path.png` and/or `path.svg` (vl-convert), atomically; the written paths by format."
     import vl_convert as vlc
     path = Path(path); out = {}
@@ -126,13 +159,18 @@ def save_chart(chart, path, formats=('html', 'png'), scale: float = 2.0) -> dict
         out[f] = p
     return out
 
-def chart_svg(chart) -> str:
+# %% ../nbs/04b_charts.ipynb #4d6c571f
+def chart_svg(chart,   # an Altair chart
+             ) -> str:  # the SVG text
     "A chart as a static SVG string (vl-convert, offline)."
     import vl_convert as vlc
     use_theme()
     return vlc.vegalite_to_svg(chart.to_dict())
 
-def compact_png(chart, scale: float = 2.0) -> bytes:
+# %% ../nbs/04b_charts.ipynb #9e909832
+def compact_png(chart,               # an Altair chart
+                scale: float = 2.0,  # the PNG's pixels per chart pixel
+               ) -> bytes:           # the PNG file's bytes
     "A chart as PNG bytes (vl-convert, offline), reduced to a 256-colour palette when Pillow is there (about 10x smaller for these charts)."
     import vl_convert as vlc
     use_theme()
@@ -143,14 +181,21 @@ def compact_png(chart, scale: float = 2.0) -> bytes:
     Image.open(io.BytesIO(png)).convert('RGB').quantize(256, method=Image.Quantize.MEDIANCUT).save(buf, 'PNG', optimize=True)
     return buf.getvalue()
 
-def chart_img(chart, scale: float = 2.0, alt_text: str = 'chart') -> str:
+# %% ../nbs/04b_charts.ipynb #2e7d92f4
+def chart_img(chart,                    # an Altair chart
+              scale: float = 2.0,       # the PNG's pixels per displayed pixel
+              alt_text: str = 'chart',  # the image's `alt` text
+             ) -> str:                  # the `<img>` element with the PNG inlined (base64)
     "A chart as an html `<img>` holding a PNG drawn at `scale` and shown at its natural size: crisp on high-density screens, light for charts of thousands of cells."
     png = compact_png(chart, scale)
     w, h = struct.unpack('>II', png[16:24])
     return (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{round(w / scale)}" '
             f'height="{round(h / scale)}" alt="{alt_text}">')
 
-def chart_png(chart, scale: float = 1.5):
+# %% ../nbs/04b_charts.ipynb #fdd53815
+def chart_png(chart,               # an Altair chart
+              scale: float = 1.5,  # the PNG's pixels per chart pixel
+             ):                    # an `IPython.display.Image`
     "A chart as an inline PNG image for a notebook (see `compact_png`)."
     from IPython.display import Image
     return Image(data=compact_png(chart, scale), format='png')
@@ -165,7 +210,9 @@ def lab_vegalite_version() -> str:
     fives = [v for v in vlc.get_vegalite_versions() if v.startswith('5.')]
     return max(fives, key=lambda v: tuple(map(int, v.split('.'))))
 
-def vega_mimebundle(spec: dict, **metadata):
+def vega_mimebundle(spec: dict,  # the chart's spec (Vega-Lite; a Vega spec is passed through)
+                    **metadata,  # the renderer's options (`embed_options` merged into `EMBED_OPTIONS`)
+                   ):            # the mimebundle and its metadata
     "The `nl_embryo` Altair renderer: `spec` (Vega-Lite) compiled to Vega 5 for the front-end's own Vega (offline); a static SVG if it does not compile."
     import vl_convert as vlc
     text = ('an interactive Vega chart (JupyterLab and Jupyter Notebook 7 draw it offline; '
@@ -177,7 +224,8 @@ def vega_mimebundle(spec: dict, **metadata):
 
 
 # %% ../nbs/04b_charts.ipynb #2e7dca97
-def use_offline_renderer(force: bool = False) -> bool:
+def use_offline_renderer(force: bool = False,  # enable it even when the user enabled another renderer
+                        ) -> bool:             # whether the `nl_embryo` renderer is active
     "Register the `nl_embryo` renderer and enable it unless the user chose another one (`force`: enable it anyway); True if it is active."
     import altair as alt
     if 'nl_embryo' not in alt.renderers.names(): alt.renderers.register('nl_embryo', vega_mimebundle)

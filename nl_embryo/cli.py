@@ -19,6 +19,7 @@ def _data_fetch(args):
     paths = fetch(args.names or None, force=args.force)
     print(f"{len(paths)} source(s) ready in {time.perf_counter() - t0:.1f} s")
 
+# %% ../nbs/15_cli.ipynb #2100b881
 def _data_verify(args):
     from nl_embryo.data import verify_data
     df = verify_data(args.names or None)
@@ -27,21 +28,25 @@ def _data_verify(args):
         raise NlEmbryoError(f"{len(bad)} data source(s) changed since they were fetched: {', '.join(bad['name'])}",
                             'fetch them again: ' + '; '.join(f"`nl-embryo data fetch {n} --force`" for n in bad['name']))
 
+# %% ../nbs/15_cli.ipynb #352150f3
 def _data_list(args):
     from nl_embryo.data import data_status
     df = data_status()
     print(df.to_string(index=False))
 
+# %% ../nbs/15_cli.ipynb #4229c532
 def _corpus_list(args):
     from nl_embryo.corpora import corpus_table
     print(corpus_table().to_string(index=False, max_colwidth=70))
 
+# %% ../nbs/15_cli.ipynb #9eaddda8
 def _corpus_build(args):
     from nl_embryo.corpora import build_corpus
     for name in args.names:
         build_corpus(name, block_size=args.block_size, vocab_size=args.vocab_size, n_tokens=args.n_tokens,
                      seed=args.seed, force=args.force)
 
+# %% ../nbs/15_cli.ipynb #f8b9a7d0
 OBJECTIVE_ARCH = {'mlm': 'bert', 'electra': 'electra', 'script': 'script'}   # the architecture an objective implies alone
 
 def _pretrain(args):
@@ -54,11 +59,13 @@ def _pretrain(args):
     run = pretrain(PretrainConfig(**opts), resume=args.resume, quiet=args.quiet)
     if not args.quiet: print(f"run written to {run}")
 
+# %% ../nbs/15_cli.ipynb #d58a331f
 def _demo(args):
     from nl_embryo.demo import run_demo
     overrides = {k: v for k, v in dict(preset=args.preset, steps=args.steps).items() if v is not None}
     run_demo(args.out, analysis_steps=None if args.no_analyses else args.analysis_steps, spread=args.analysis_spread, **overrides)
 
+# %% ../nbs/15_cli.ipynb #a0dcbac4
 def _parse_steps(text: str | None) -> list[int] | None:
     "`--steps 0,64,300` -> [0, 64, 300] (None: all)."
     if not text: return None
@@ -66,6 +73,7 @@ def _parse_steps(text: str | None) -> list[int] | None:
     except ValueError:
         raise NlEmbryoError(f"--steps {text!r} is not a list of step numbers", "write checkpoint steps separated by commas, e.g. --steps 0,64,300") from None
 
+# %% ../nbs/15_cli.ipynb #edbeba0c
 def _analyze(args):
     "`nl-embryo analyze`: the analyses the flags name (or every default one) over the run's checkpoints, through the one registry."
     from nl_embryo.analysis import analyses, analyze
@@ -82,6 +90,7 @@ def _analyze(args):
         df = analyze(run, name, steps=steps, progress=not args.quiet, **opts)
         if args.quiet: print(f"{name}: {len(df):,} rows -> {run.table_path(name)} ({time.perf_counter() - t0:.0f} s)")
 
+# %% ../nbs/15_cli.ipynb #14fb4a8e
 def _add_analyze(sub):
     "`nl-embryo analyze`: a flag per registered analysis (nl_embryo.analysis.analyses())."
     from nl_embryo.analysis import analyses
@@ -100,25 +109,30 @@ def _add_analyze(sub):
     a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
     a.set_defaults(func=_analyze)
 
+# %% ../nbs/15_cli.ipynb #f957fac7
 def _docs(args):
     from nl_embryo.docs import build_docs
     build_docs(strict=not args.no_strict)
 
 # %% ../nbs/15_cli.ipynb #117a281f
 def _field_comments(cls) -> dict:
-    "The comment after each field of a dataclass's source (`name: type = default   # comment`): the CLI's help lines."
-    import inspect, re
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r'^\s+(\w+): [^#\n]*#\s*(.+)$', inspect.getsource(cls), re.M)}
+    "The comment after each field of a dataclass (its docments, `name: type = default   # comment`): the CLI's help lines, as the docs show them."
+    from fastcore.docments import docments
+    return {k: v for k, v in docments(cls).items() if v}
 
+# %% ../nbs/15_cli.ipynb #2c4c384e
 def _pretrain_choices() -> dict:
     "The values a pretrain option accepts, where they are a fixed set."
     from nl_embryo.corpora import CORPORA
     from nl_embryo.models import NORMS, POSITION_INITS, PRESETS
-    from nl_embryo.pretrain import ARCHS, OBJECTIVES, OUTPUT_BIASES, PRECISIONS, RECIPES, SCHEDULES
+    from nl_embryo.models import ARCHS
+    from nl_embryo.objectives import OBJECTIVES
+    from nl_embryo.pretrain import OUTPUT_BIASES, PRECISIONS, RECIPES, SCHEDULES
     return dict(arch=ARCHS, preset=tuple(PRESETS), corpus=tuple(CORPORA), objective=tuple(OBJECTIVES), recipe=tuple(RECIPES),
                 norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=PRECISIONS,
                 position_init=POSITION_INITS)
 
+# %% ../nbs/15_cli.ipynb #c4312aea
 def _add_pretrain(sub):
     "`nl-embryo pretrain`: one flag per field of `PretrainConfig` (underscores become dashes), with its help line and choices."
     import dataclasses, typing
@@ -141,6 +155,7 @@ def _add_pretrain(sub):
     p.add_argument('--quiet', action='store_true', help='no progress bar')
     p.set_defaults(func=_pretrain)
 
+# %% ../nbs/15_cli.ipynb #6abb627d
 def make_parser() -> argparse.ArgumentParser:
     "The argument parser of `nl-embryo`."
     p = argparse.ArgumentParser(prog='nl-embryo', description='Language-model embryology: pre-train, keep a checkpoint timeline, measure.',
@@ -196,6 +211,7 @@ def make_parser() -> argparse.ArgumentParser:
     for parser in _all_parsers(p): parser.allow_abbrev = False     # `--step 5` is not `--steps 5`
     return p
 
+# %% ../nbs/15_cli.ipynb #6a3ddc5f
 def _all_parsers(p: argparse.ArgumentParser):
     "`p` and every sub-command parser under it."
     yield p
@@ -203,7 +219,9 @@ def _all_parsers(p: argparse.ArgumentParser):
         if isinstance(action, argparse._SubParsersAction):
             for child in dict.fromkeys(action.choices.values()): yield from _all_parsers(child)
 
-def main(argv: list[str] | None = None) -> int:
+# %% ../nbs/15_cli.ipynb #8dda2eef
+def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None: the command line's, sys.argv[1:])
+        ) -> int:                         # the exit status: 0 done, 2 an NlEmbryoError (printed, no traceback), 130 interrupted
     "Entry point of the `nl-embryo` console script."
     args = make_parser().parse_args(argv)
     try:

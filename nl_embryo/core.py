@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #3b6fcfa7
 from __future__ import annotations
-import contextlib, errno, hashlib, json, os, random, shutil, tempfile, uuid
+import contextlib, errno, hashlib, importlib.util, json, os, random, shutil, tempfile, uuid
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +17,15 @@ __all__ = ['NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_wr
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
     "A user-facing error: `problem` says what is wrong, `fix` says what to do about it."
-    def __init__(self, problem: str, fix: str = ''):
+    def __init__(self, problem: str,  # what is wrong, in one sentence
+                 fix: str = '',       # what the user should do about it ('': the message has no fix line)
+                 ):
         self.problem, self.fix = problem, fix
         super().__init__(f"{problem}\n  fix: {fix}" if fix else problem)
 
 # %% ../nbs/00_core.ipynb #6f784eda
 def project_root() -> Path | None:
     "The source checkout holding this package (the folder with `settings.ini` and `data/`), or None when installed elsewhere."
-    import importlib.util
     spec = importlib.util.find_spec('nl_embryo')
     if spec is None or not spec.origin: return None
     here = Path(spec.origin).resolve().parent.parent
@@ -38,12 +39,15 @@ def data_dir() -> Path:
     else: p = Path.home()/'.cache'/'nl_embryo'
     return p.resolve()
 
-def cache_path(*parts: str) -> Path:
+def cache_path(*parts: str,  # folder and file names below the cache folder, e.g. 'corpora', 'english'
+               ) -> Path:    # that path under `data_dir()` (nothing is created)
     "A path inside the data cache, e.g. `cache_path('corpora', 'english')`."
     return data_dir().joinpath(*parts)
 
 # %% ../nbs/00_core.ipynb #a40358f6
-def atomic_write_bytes(path, data: bytes) -> Path:
+def atomic_write_bytes(path,         # the file to write (str or Path); missing parent folders are created
+                       data: bytes,  # the complete new content
+                       ) -> Path:    # `path`, as a Path
     "Write `data` to `path` through a temporary sibling and an atomic rename."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -55,16 +59,26 @@ def atomic_write_bytes(path, data: bytes) -> Path:
         if tmp.exists(): tmp.unlink()
     return path
 
-def atomic_write_text(path, text: str) -> Path:
+# %% ../nbs/00_core.ipynb #95227311
+def atomic_write_text(path,       # the file to write (str or Path); missing parent folders are created
+                      text: str,  # the complete new content, written as utf-8
+                      ) -> Path:  # `path`, as a Path
     "Write `text` (utf-8) to `path` atomically."
     return atomic_write_bytes(path, text.encode('utf-8'))
 
-def atomic_write_json(path, obj, **kw) -> Path:
+# %% ../nbs/00_core.ipynb #b7d4d4d1
+def atomic_write_json(path,       # the file to write (str or Path); missing parent folders are created
+                      obj,        # a JSON-serialisable object, written with indent 2 and a final newline
+                      **kwargs,   # further arguments of `json.dumps`, e.g. sort_keys=True
+                      ) -> Path:  # `path`, as a Path
     "Write `obj` as indented JSON to `path` atomically."
-    return atomic_write_text(path, json.dumps(obj, indent=2, **kw) + '\n')
+    return atomic_write_text(path, json.dumps(obj, indent=2, **kwargs) + '\n')
 
+# %% ../nbs/00_core.ipynb #2fa50e03
 @contextlib.contextmanager
-def atomic_dir(path, overwrite: bool = False):
+def atomic_dir(path,                     # the folder to create (str or Path); missing parent folders are created
+               overwrite: bool = False,  # replace an existing `path` on success (False: raise `NlEmbryoError` when it exists)
+               ):
     "Yield a temporary sibling folder; on success rename it to `path`, on error remove it."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not overwrite:
@@ -80,7 +94,9 @@ def atomic_dir(path, overwrite: bool = False):
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
 
-def is_disk_full(e: BaseException | None) -> bool:
+# %% ../nbs/00_core.ipynb #5560c01c
+def is_disk_full(e: BaseException | None,  # the exception to inspect, with its `__cause__`/`__context__` chain (None: False)
+                 ) -> bool:
     """Whether an exception, or one it was raised from, says the disk is full: errno ENOSPC or EDQUOT, or the text
     "No space left on device" (safetensors' `SafetensorError` carries no errno, only the text)."""
     seen = set()
@@ -91,7 +107,10 @@ def is_disk_full(e: BaseException | None) -> bool:
         e = e.__cause__ or e.__context__
     return False
 
-def sha256_file(path, chunk: int = 1 << 20) -> str:
+# %% ../nbs/00_core.ipynb #12db188b
+def sha256_file(path,                  # the file to hash (str or Path)
+                chunk: int = 1 << 20,  # how many bytes to read at a time (default 1 MiB)
+                ) -> str:              # 64 lowercase hex digits
     "The sha256 hex digest of a file, read in chunks."
     h = hashlib.sha256()
     with open(path, 'rb') as f:
@@ -99,25 +118,29 @@ def sha256_file(path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 # %% ../nbs/00_core.ipynb #d6e2416b
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int,  # the seed of every generator (NumPy gets `seed % 2**32`)
+                    ) -> None:
     "Seed Python, NumPy and torch (all devices)."
     import torch
     random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
 
-def get_device(device: str | None = None):
+def get_device(device: str | None = None,  # a torch device name, e.g. 'cpu', 'cuda:1' (None or '': CUDA when available, else CPU)
+               ):                          # a `torch.device`
     "The torch device to use: `device` if given, else CUDA when available, else CPU."
     import torch
     if device: return torch.device(device)
     return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
-def autocast_dtype(device):
+def autocast_dtype(device,  # the device the forward passes run on: a `torch.device` or its name, e.g. 'cuda'
+                   ):       # `torch.bfloat16`, or None for full precision
     """The precision of the forward passes of the probes and the reconstruction analysis: bf16 where the device computes
     it in hardware (`native_bf16`: a CUDA GPU, or a CPU with AVX512-BF16 or AMX), else None (full precision). On the
     project's 2-core CPU bf16 cuts the reconstruction analysis of a 2-layer model from 28.7 to 20.0 s over 8 checkpoints."""
     import torch
     return torch.bfloat16 if native_bf16(device) else None
 
-def native_bf16(device) -> bool:
+def native_bf16(device,  # a `torch.device` or its name; a type other than cuda and cpu gives False
+                ) -> bool:
     """Whether `device` computes bf16 matrix products in hardware: a CUDA GPU that supports bf16, or a CPU with
     AVX512-BF16 or AMX tiles (oneDNN's bf16 kernels; on other CPUs bf16 is emulated and slower than float32)."""
     import torch
@@ -128,7 +151,8 @@ def native_bf16(device) -> bool:
     probes = [getattr(cpu, n, None) for n in ('_is_avx512_bf16_supported', '_is_amx_tile_supported')]
     return any(bool(f()) for f in probes if f is not None)
 
-def human_size(n: float) -> str:
+def human_size(n: float,  # a number of bytes
+               ) -> str:  # e.g. '123 B', '4.8 MB' (1 KB = 1024 B)
     "Bytes as a short human-readable string."
     for unit in ['B', 'KB', 'MB', 'GB', 'TB']:
         if abs(n) < 1024 or unit == 'TB': return f"{n:.0f} {unit}" if unit == 'B' else f"{n:.1f} {unit}"
@@ -136,7 +160,8 @@ def human_size(n: float) -> str:
 
 # %% ../nbs/00_core.ipynb #c5d958be
 @contextlib.contextmanager
-def torch_threads(n: int | None):
+def torch_threads(n: int | None,  # the most torch threads inside the block (None: unchanged; never raised above the current count)
+                  ):
     "Run the block with at most `n` torch threads (None: unchanged)."
     import torch
     old = torch.get_num_threads()

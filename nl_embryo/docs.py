@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_docs.ipynb #e790c7ff
 from __future__ import annotations
-import contextlib, html, json, os, posixpath, re, shutil, subprocess, sys, time, uuid, warnings
+import contextlib, html, importlib, importlib.util, inspect, json, os, posixpath, re, shutil, subprocess, sys, time, uuid, warnings
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .core import NlEmbryoError, atomic_dir, atomic_write_text, project_root
+from .data import fetch, fetched_path, is_fetched
 
 # %% auto #0
 __all__ = ['SITE_ASSETS', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks', 'process_notebooks',
@@ -22,7 +23,8 @@ __all__ = ['SITE_ASSETS', 'find_project', 'nbdev_project', 'notebook_errors', 's
            'write_search_index', 'write_readme', 'DocsReport', 'build_docs', 'notebook_to_html']
 
 # %% ../nbs/16_docs.ipynb #2407bead
-def find_project(root=None) -> Path:
+def find_project(root=None, # the folder that holds `settings.ini`; None: the nearest one from the cwd up, else this checkout
+                ) -> Path:   # the project folder, resolved
     "The nbdev project folder: `root` if given, else the nearest folder with a `settings.ini` from the cwd up, else this checkout."
     if root is not None:
         root = Path(root).expanduser().resolve()
@@ -38,7 +40,8 @@ def find_project(root=None) -> Path:
                         "run from the nl_embryo checkout, or pass root= the folder that holds settings.ini")
 
 @contextlib.contextmanager
-def nbdev_project(root=None):
+def nbdev_project(root=None, # the project folder, as `find_project` takes it (None: found from the cwd up)
+                 ):
     "Work inside the nbdev project at `root` (see `find_project`): chdir there and yield its nbdev config."
     from nbdev.config import get_config
     root, old = find_project(root), Path.cwd()
@@ -67,7 +70,8 @@ def _read_nb(path):
         for k in set(c) - _CELL_KEYS: del c[k]
     return nbformat.reads(json.dumps(nb), as_version=4)
 
-def notebook_errors(nb) -> list[str]:
+def notebook_errors(nb, # a notebook: its path, or its JSON as a dict (an nbformat notebook is one)
+                   ) -> list[str]:   # one line per error output (and per traceback on stderr)
     "The error outputs of notebook `nb` (a path or a notebook), one line each: `cell N (`source…`): Error: message`."
     if not isinstance(nb, dict): nb = json.loads(Path(nb).read_text(encoding='utf-8'))
     res = []
@@ -82,12 +86,14 @@ def notebook_errors(nb) -> list[str]:
     return res
 
 # %% ../nbs/16_docs.ipynb #cafccdec
-def source_notebooks(cfg) -> dict[str, Path]:
+def source_notebooks(cfg, # nbdev's config of the project (as `nbdev_project` yields it)
+                    ) -> dict[str, Path]:   # notebook path relative to `nbs_path` (posix) -> its path
     "The notebooks of the site: path relative to `nbs_path` (posix) -> path; like nbdev, names starting with `_` or `.` are skipped."
     from nbdev.doclinks import nbglob
     nbs = Path(cfg.nbs_path)
     return {p.relative_to(nbs).as_posix(): p for p in sorted(nbglob(nbs, func=Path))}
 
+# %% ../nbs/16_docs.ipynb #6583743c
 def _proc_one(task) -> tuple[str | None, list[str]]:
     "Run nbdev's processors on one notebook (`nbdev.serve_drv.main`, as `proc_nbs` does); return (error, warnings) as text."
     from nbdev.serve_drv import main
@@ -103,7 +109,12 @@ def _proc_one(task) -> tuple[str | None, list[str]]:
             else: os.environ['IN_TEST'] = in_test
     return err, [_short(str(w.message).strip().splitlines()[0], 200) for w in ws]
 
-def process_notebooks(cfg, n_workers: int | None = None, force: bool = False, quiet: bool = False):
+# %% ../nbs/16_docs.ipynb #7976b50f
+def process_notebooks(cfg,                           # nbdev's config of the project (as `nbdev_project` yields it)
+                      n_workers: int | None = None,  # worker processes; None: up to 4 (fewer on fewer CPUs); 0 or 1: all in this process
+                      force: bool = False,           # empty the `_proc/` cache and process every notebook; else only the changed ones
+                      quiet: bool = False,           # no progress bars
+                     ):   # (the `_proc/` folder, {notebook: error}, {notebook: warnings}), notebooks relative to `nbs_path`
     "Run nbdev's docs processors over `nbs_path` into `_proc/`; return (that folder, {notebook: error}, {notebook: warnings})."
     import nbdev.serve
     from nbdev.doclinks import nbglob
@@ -151,7 +162,9 @@ def _default_site(cfg) -> dict:
                         'navbar': {'search': True},
                         'sidebar': {'style': 'floating', 'contents': ['index.ipynb', '/*.ipynb', '*/*.ipynb']}}}
 
-def site_config(cfg) -> dict:
+# %% ../nbs/16_docs.ipynb #e24e38ed
+def site_config(cfg, # nbdev's config of the project (as `nbdev_project` yields it)
+               ) -> dict:   # the site config, as `_quarto.yml` holds it
     "The site config: the project's top-level `_quarto.yml`, else one made from `settings.ini`."
     import yaml
     p = Path(cfg.config_path)/'_quarto.yml'
@@ -162,6 +175,7 @@ def site_config(cfg) -> dict:
     if not isinstance(site, dict): raise NlEmbryoError(f"{p} does not hold a YAML mapping", "start it with `project:` and `website:` keys")
     return site
 
+# %% ../nbs/16_docs.ipynb #6dc54983
 def _matches(rel: str, pat: str) -> bool:
     "Does page `rel` match the Quarto glob `pat`? Globs match at any depth unless they start with `/`."
     if not any(c in pat for c in '*?['): return rel == pat.lstrip('/')
@@ -171,7 +185,11 @@ def _matches(rel: str, pat: str) -> bool:
         return len(p.parts) == len(PurePosixPath(pat).parts) and p.match(pat)
     return p.match(pat)
 
-def resolve_sidebar(contents, pages, seen=None) -> list:
+# %% ../nbs/16_docs.ipynb #79c9a3b5
+def resolve_sidebar(contents,   # Quarto sidebar `contents`: a list (or one entry) of paths or globs, `section` and `href`/`file` dicts
+                    pages,      # the notebooks of the site: paths relative to `nbs_path` (posix)
+                    seen=None,  # pages already placed, added to in place; None: a new set
+                   ) -> list:   # `contents` with each glob replaced by the pages it matches
     "A Quarto sidebar `contents` with its globs expanded against `pages` (notebook paths): each page once, empty sections dropped."
     seen = set() if seen is None else seen
     res = []
@@ -188,7 +206,11 @@ def resolve_sidebar(contents, pages, seen=None) -> list:
             if target in pages or re.match(r'^[a-z]+://', str(target)): res.append(e)
     return res
 
-def write_site_config(site: dict, proc: Path, pages) -> dict:
+# %% ../nbs/16_docs.ipynb #f007a6fe
+def write_site_config(site: dict,  # the site config (`site_config`); left unchanged, a copy is written
+                      proc: Path,   # the processed folder (`_proc/`) to write `_quarto.yml` into
+                      pages,        # the notebooks of the site (paths relative to `nbs_path`) to resolve the sidebar against
+                     ) -> dict:     # the config as written
     "Write `site` into the processed folder as `_quarto.yml`, its sidebar resolved against `pages`; return what was written."
     import copy, yaml
     site = copy.deepcopy(site)
@@ -216,7 +238,10 @@ def _spec_from_html(s: str):
         if isinstance(spec, dict): return spec, mode
     return None
 
-def spec_to_svg(spec: dict, mode: str = 'vega-lite') -> str:
+# %% ../nbs/16_docs.ipynb #aa6bf1b3
+def spec_to_svg(spec: dict,               # the chart's spec, as a dict
+                mode: str = 'vega-lite',  # the spec's language: 'vega-lite' or 'vega'
+               ) -> str:                  # the SVG text
     "A static SVG of a Vega-Lite (or Vega) spec, rendered offline by vl-convert, with the Vega-Lite version the spec names."
     import vl_convert as vlc
     if mode == 'vega': return vlc.vega_to_svg(spec)
@@ -224,12 +249,14 @@ def spec_to_svg(spec: dict, mode: str = 'vega-lite') -> str:
     v = f"{m.group(1)}.{m.group(2)}" if m else None
     return vlc.vegalite_to_svg(spec, vl_version=v) if v in vlc.get_vegalite_versions() else vlc.vegalite_to_svg(spec)
 
+# %% ../nbs/16_docs.ipynb #faaa2721
 def _unique_svg_ids(svg: str, prefix: str) -> str:
     "Prefix the ids an SVG defines (clip paths, gradients), so several SVGs inlined in one page cannot clash."
     for i in set(re.findall(r'\bid="([^"]+)"', svg)):
         svg = svg.replace(f'id="{i}"', f'id="{prefix}{i}"').replace(f'#{i})', f'#{prefix}{i})').replace(f'"#{i}"', f'"#{prefix}{i}"')
     return svg
 
+# %% ../nbs/16_docs.ipynb #5a470201
 def _bound_params(spec, mode: str = 'vega-lite') -> bool:
     "Does a spec bind an input (a slider, a menu) to a parameter (Vega-Lite's `params`) or a signal (Vega's `signals`, `mode='vega'`)? Such a chart needs a live view to be explored."
     key = 'signals' if mode == 'vega' else 'params'
@@ -238,13 +265,18 @@ def _bound_params(spec, mode: str = 'vega-lite') -> bool:
     if any(isinstance(p, dict) and p.get('bind') for p in spec.get(key) or []): return True
     return any(_bound_params(v, mode) for k, v in spec.items() if k not in ('data', 'datasets'))
 
+# %% ../nbs/16_docs.ipynb #14dcdc37
 _LIVE_CHART = '<div class="nl-chart nl-live"'
 
-def has_live_chart(page: str) -> bool:
+def has_live_chart(page: str, # the html of a page
+                  ) -> bool:
     "Does html `page` hold a live chart (one that `chart_output_to_svg` made), so that it needs the site's Vega bundle?"
     return _LIVE_CHART in page
 
-def chart_output_to_svg(output, inline: bool = True) -> bool:
+# %% ../nbs/16_docs.ipynb #138d2a8e
+def chart_output_to_svg(output,              # a notebook output (nbformat), changed in place
+                        inline: bool = True, # SVG as inline html (a live view for a chart with bound inputs); False: an `image/svg+xml` output
+                       ) -> bool:            # whether the output was a chart and was replaced
     """Replace a chart output (a Vega-Lite or Vega 5 mime bundle, as the `nl_embryo` renderer stores it, or vega-embed
     html) by a static SVG, in place: inline html (`inline`) or an `image/svg+xml`. A chart with an input bound to a
     parameter or signal (a step slider) becomes, inline, a live view: the site's own Vega bundle draws the spec (in the
@@ -272,16 +304,19 @@ def chart_output_to_svg(output, inline: bool = True) -> bool:
 # %% ../nbs/16_docs.ipynb #72b051ae
 _re_show_doc = re.compile(r'^\s*show_doc\(\s*([A-Za-z_][\w.]*)\s*\)\s*$', re.M)
 
-def library_symbols(cfg) -> dict[str, tuple]:
+def library_symbols(cfg, # nbdev's config of the project (as `nbdev_project` yields it)
+                   ) -> dict[str, tuple]:   # {} when the library has no `_modidx.py`
     "nbdev's index of the library (`_modidx.py`): qualified name (`pkg.mod.Cls.meth`) -> (`page.html#anchor`, source file)."
-    import importlib.util
     p = Path(cfg.lib_path)/'_modidx.py'
     if not p.exists(): return {}
     spec = importlib.util.spec_from_file_location(f'_modidx_{uuid.uuid4().hex[:8]}', p)
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
     return {k: tuple(v) for mod in m.d.get('syms', {}).values() for k, v in mod.items()}
 
-def class_methods(syms: dict, page: str, name: str) -> list[tuple[str, str]]:
+def class_methods(syms: dict, # nbdev's index of the library, as `library_symbols` returns it
+                  page: str,   # the html page the class is documented on (`docs.html`)
+                  name: str,   # the class's name, unqualified (`DocsReport`)
+                 ) -> list[tuple[str, str]]:
     "The public methods of class `name` that nbdev's index `syms` puts on `page`: (qualified name, `Cls.meth`) pairs."
     cls = [k for k, v in syms.items() if k.endswith(f'.{name}') and v[0] == f'{page}#{name.lower()}']
     if not cls: return []
@@ -292,7 +327,6 @@ def class_methods(syms: dict, page: str, name: str) -> list[tuple[str, str]]:
 # %% ../nbs/16_docs.ipynb #8ee435be
 def _resolve(qual: str):
     "The object of a qualified name `pkg.mod.Cls.meth`, imported (its class attribute as stored: a property stays a property)."
-    import importlib, inspect
     parts = qual.split('.')
     for i in range(len(parts) - 1, 0, -1):
         try: obj = importlib.import_module('.'.join(parts[:i]))
@@ -302,9 +336,10 @@ def _resolve(qual: str):
         return obj
     raise ImportError(qual)
 
-def method_markdown(qual: str, title: str) -> str | None:
+def method_markdown(qual: str,  # the method's qualified name, `pkg.mod.Cls.meth`
+                    title: str, # the entry's heading, `Cls.meth`
+                   ) -> str | None:
     "nbdev's `show_doc` entry (markdown, level 4) of method `qual`, titled `title` (`Cls.meth`); None for what is not a function."
-    import inspect
     from nbdev.showdoc import show_doc
     obj = _resolve(qual)
     if isinstance(obj, (classmethod, staticmethod)): obj = obj.__func__
@@ -315,7 +350,10 @@ def method_markdown(qual: str, title: str) -> str | None:
     except (OSError, TypeError): line = None
     return md.replace('#LNone)', f'#L{line})' if line else ')')
 
-def add_method_docs(nb, syms: dict, page: str) -> int:
+def add_method_docs(nb,         # a processed notebook (nbformat), changed in place
+                    syms: dict, # nbdev's index of the library, as `library_symbols` returns it
+                    page: str,  # the notebook's html page (`core.html`)
+                   ) -> int:    # how many method entries were added
     "After each class's `show_doc` cell of processed notebook `nb` (page `page`), a `show_doc` entry for each public method the page does not show yet; returns how many."
     from nbformat.v4 import new_code_cell, new_output
     shown = {m.group(1) for c in nb.cells if c.cell_type == 'code' for m in _re_show_doc.finditer(c.source)}
@@ -336,7 +374,10 @@ def add_method_docs(nb, syms: dict, page: str) -> int:
     return n
 
 # %% ../nbs/16_docs.ipynb #e144059c
-def add_methods_to_proc(proc: Path, rels, cfg) -> int:
+def add_methods_to_proc(proc: Path, # the processed folder (`_proc/`)
+                        rels,       # the processed notebooks to change: paths relative to `proc`
+                        cfg,        # nbdev's config of the project (as `nbdev_project` yields it)
+                       ) -> int:    # how many method entries were added, over all notebooks
     "Add the method entries (`add_method_docs`) to the processed notebooks `rels` in `proc`, in place, before either renderer reads them; returns how many."
     import nbformat
     symbols, n = library_symbols(cfg), 0
@@ -356,6 +397,7 @@ def add_methods_to_proc(proc: Path, rels, cfg) -> int:
 _re_opt = re.compile(r'^\s*#\|\s*([\w-]+)\s*:\s*(.*?)\s*$')
 _re_attr_link = re.compile(r'\[([^\]\n]+)\]\(([^)\s]+)\)\{([^}\n]*)\}')
 
+# %% ../nbs/16_docs.ipynb #c62cbbe2
 def _frontmatter(nb, pop: bool = True) -> dict:
     "The YAML frontmatter that nbdev put in a raw cell (title, description, output-file), taken out of `nb` (`pop`) or left there."
     import yaml
@@ -368,11 +410,13 @@ def _frontmatter(nb, pop: bool = True) -> dict:
                 return fm
     return {}
 
+# %% ../nbs/16_docs.ipynb #dc340e17
 def _page_name(rel: str, fm: dict) -> str:
     "The html page of notebook `rel`: nbdev's `output-file` (`00_core.ipynb` -> `core.html`)."
     from nbdev.doclinks import _nbpath2html
     return (PurePosixPath(rel).parent/fm['output-file']).as_posix() if fm.get('output-file') else _nbpath2html(Path(rel)).as_posix()
 
+# %% ../nbs/16_docs.ipynb #103ce126
 def _cell_options(cell) -> dict:
     "Pop the Quarto options (`#| echo: false` ...) that lead a code cell and return them."
     lines, opts = cell.source.splitlines(True), {}
@@ -381,6 +425,7 @@ def _cell_options(cell) -> dict:
     cell.source = ''.join(lines)
     return opts
 
+# %% ../nbs/16_docs.ipynb #c1a7a6c5
 def _attrs(s: str) -> str:
     "Pandoc attributes `{.cls #id key=\"v\"}` as html attributes."
     toks = s.split()
@@ -389,11 +434,14 @@ def _attrs(s: str) -> str:
     if ids := [t[1:] for t in toks if t.startswith('#')]: res.append(f'id="{ids[0]}"')
     return ' '.join(res)
 
-def plain_markdown(md: str) -> str:
+# %% ../nbs/16_docs.ipynb #c49c0276
+def plain_markdown(md: str, # markdown as written for Quarto
+                  ) -> str:
     "Markdown written for Quarto made plain: `[a](b){attrs}` links become html links, `:::` fences go."
     md = _re_attr_link.sub(lambda m: f'<a href="{m.group(2)}" {_attrs(m.group(3))}>{html.escape(m.group(1))}</a>', md)
     return re.sub(r'^:::.*\n?', '', md, flags=re.M)
 
+# %% ../nbs/16_docs.ipynb #f0ce0d9b
 def _widget_outputs(c, state: dict) -> None:
     "A widget output without saved state shows no Python repr (`VBox(children=...`): its other rich data if any, else nothing."
     keep = []
@@ -405,7 +453,10 @@ def _widget_outputs(c, state: dict) -> None:
         if data: keep.append(o)
     c.outputs = keep
 
-def prepare_notebook(nb, inline_svg: bool = True) -> tuple[dict, int]:
+# %% ../nbs/16_docs.ipynb #1a730495
+def prepare_notebook(nb,                     # a processed notebook (nbformat), changed in place
+                     inline_svg: bool = True, # charts as inline html SVG (the html pages); False: `image/svg+xml` outputs (the README)
+                    ) -> tuple[dict, int]:    # (its frontmatter, how many charts became SVG)
     "Ready a processed notebook for nbconvert, in place (see above); return its frontmatter and how many charts became SVG."
     from nbformat.v4 import new_markdown_cell
     fm, charts, cells = _frontmatter(nb), 0, []
@@ -484,9 +535,9 @@ _SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) a
 _MATHJAX_SLOT, _WIDGETS_SLOT = 'nl-docs:mathjax', 'nl-docs:widgets'
 SITE_ASSETS = {'mathjax': ('mathjax', 'package/es5'), 'widgets': ('widgets-embed', 'package/dist')}   # _static/NAME <- (data source, its folder)
 
-def site_asset(source: str) -> Path:
+def site_asset(source: str, # the data source (`nl_embryo.data`) that holds the asset: 'mathjax' or 'widgets-embed'
+              ) -> Path:     # the source's cache folder
     "The cache folder of data source `source` (MathJax, the widgets embed script), fetched now if missing; stops naming the fetch to run when it cannot be."
-    from nl_embryo.data import fetch, fetched_path, is_fetched
     if not is_fetched(source):
         try: fetch([source], quiet=True)
         except Exception as e:
@@ -494,7 +545,10 @@ def site_asset(source: str) -> Path:
                                 f"run `nl-embryo data fetch {source}` once while online; later builds work offline") from e
     return fetched_path(source)
 
-def copy_site_assets(site, widgets: bool = False, vega: bool = False) -> list[str]:
+def copy_site_assets(site,                  # the site folder
+                     widgets: bool = False, # also copy the widgets embed script (some page shows widgets)
+                     vega: bool = False,    # also write the Vega bundle (some page holds a live chart)
+                    ) -> list[str]:         # what was written into `_static/`: 'mathjax', 'widgets', 'vega', 'nl-docs.js'
     "Copy into `site/_static/` the scripts the pages load from the site itself: MathJax, the search script, and the widgets embed script and the Vega bundle when pages need them; returns their folders."
     st = Path(site)/'_static'; st.mkdir(parents=True, exist_ok=True)
     done = []
@@ -512,7 +566,8 @@ def copy_site_assets(site, widgets: bool = False, vega: bool = False) -> list[st
     return done + ['nl-docs.js']
 
 # %% ../nbs/16_docs.ipynb #f1aa84fa
-def toc_html(page_html: str) -> str:
+def toc_html(page_html: str, # the html of a page, as nbconvert writes it
+            ) -> str:
     "The table of contents of a page: its h2 and h3 headings that have an id, as links (empty when it has none)."
     items = []
     for m in re.finditer(r'<h([23]) id="([^"]+)"[^>]*>(.*?)</h\1>', page_html, re.S):
@@ -567,13 +622,21 @@ ul.nl-results .nl-where { color: #6c757d; font-size: 12px; }
 @media (max-width: 800px) { body.nl-docs { display: block; } nav.nl-nav { position: static; height: auto; max-height: none; border-right: 0; border-bottom: 1px solid #dee2e6; } }
 """
 
+# %% ../nbs/16_docs.ipynb #80341ea8
 def _rel_href(target: str, current: str) -> str:
     "The link from page `current` to page `target` (both relative to the site root)."
     return os.path.relpath(target, PurePosixPath(current).parent.as_posix() or '.').replace(os.sep, '/')
 
+# %% ../nbs/16_docs.ipynb #87cad10f
 def _root(current: str) -> str: return _rel_href('index.html', current)[:-len('index.html')]
 
-def nav_html(nav: list, titles: dict, html_of: dict, current: str, site_title: str) -> str:
+# %% ../nbs/16_docs.ipynb #674b78b8
+def nav_html(nav: list,      # the resolved sidebar (`resolve_sidebar`): notebooks, `section` and `href`/`file` dicts
+             titles: dict,    # notebook -> the title of its page
+             html_of: dict,   # notebook -> its html page (path in the site)
+             current: str,    # the path in the site of the page the sidebar is for
+             site_title: str, # the site's title, shown on top as a link to its index page
+            ) -> str:
     "The sidebar of page `current`: the search box, then the resolved sidebar `nav` as nested lists of links, relative to that page."
     def items(entries):
         out = []
@@ -592,6 +655,7 @@ def nav_html(nav: list, titles: dict, html_of: dict, current: str, site_title: s
               '<ul class="nl-results"></ul>')
     return f'<nav class="nl-nav"><a class="nl-site" href="{_rel_href("index.html", current)}">{html.escape(site_title)}</a>{search}<ul>{items(nav)}</ul></nav>'
 
+# %% ../nbs/16_docs.ipynb #2e99f26d
 def html_exporter():
     "nbconvert's html exporter as the fallback uses it: `lab` template, no prompts; MathJax and the widgets embed script left to `render_page` to point at the site."
     from nbconvert import HTMLExporter
@@ -600,7 +664,15 @@ def html_exporter():
     return HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True,
                         mathjax_url=_MATHJAX_SLOT, widget_renderer_url=_WIDGETS_SLOT)
 
-def render_page(nb, exporter, nav: str, title: str, current: str = 'index.html', site_url: str = '', base=None) -> str:
+# %% ../nbs/16_docs.ipynb #a5e4d609
+def render_page(nb,                          # a prepared notebook (`prepare_notebook`); its metadata title is set
+                exporter,                    # the nbconvert html exporter (`html_exporter()`)
+                nav: str,                    # the sidebar html (`nav_html`); '': a page outside a site, without site scripts
+                title: str,                  # the page's title (`<title>`)
+                current: str = 'index.html', # the page's path in the site (links to the site's root are made relative to it)
+                site_url: str = '',          # the published site's url (`doc_host` + `doc_baseurl`), whose links become links within this build; '': none to rewrite
+                base=None,                   # the folder nbconvert reads the notebook's files from (its images); None: the cwd
+               ) -> str:
     "One standalone html page of a prepared notebook, with the sidebar `nav` and a table of contents; `current` is its path in the site. Without `nav` it is a page outside a site: no site scripts."
     nb.metadata['title'] = title
     page, _ = exporter.from_notebook_node(nb, resources={'metadata': {'path': str(base or '.'), 'name': title}})
@@ -624,7 +696,10 @@ from urllib.parse import unquote
 
 _re_href = re.compile(r'(<a\b[^>]*?\bhref=")([^"#:]+\.ipynb)(#[^"]*)?(")')
 
-def fix_notebook_links(page_html: str, current: str, html_of: dict) -> str:
+def fix_notebook_links(page_html: str, # the html of a page
+                       current: str,   # the page's path in the site
+                       html_of: dict,  # notebook -> its html page (paths relative to the site root)
+                      ) -> str:
     "Links of page `current` to notebooks of the site (`tutorials/x.ipynb#a`) turned into links to their pages."
     def sub(m):
         rel = posixpath.normpath(posixpath.join(posixpath.dirname(current), unquote(m.group(2))))
@@ -643,7 +718,8 @@ class _PageLinks(HTMLParser):
         if tag == 'a' and a.get('name'): self.ids.add(a['name'])
         if (k := self._LINKS.get(tag)) and a.get(k): self.links.append(a[k])
 
-def check_links(site) -> list[str]:
+def check_links(site, # the folder of the built html site
+               ) -> list[str]:
     "The dead internal links of the html site in folder `site`, one `page: link` each: a missing file, a file outside the site (`../README.md`), or an anchor the page lacks."
     site, pages = Path(site), {}
     root = site.resolve()
@@ -684,7 +760,11 @@ class _PageText(HTMLParser):
 
 _re_api = re.compile(r'^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)?$')
 
-def search_entries(page_html: str, page: str, title: str, n_chars: int = 600) -> list[dict]:
+def search_entries(page_html: str,     # the html of a built page
+                   page: str,          # the page's path in the site
+                   title: str,         # the page's title
+                   n_chars: int = 600, # the most characters of each section's text kept for the search
+                  ) -> list[dict]:     # dicts of page `p`, anchor `a`, title `t`, kind `k` ('page', 'section' or 'api'), page title `pt`, text `s`
     "The search index entries of one page (`page` is its path in the site): the page, then each heading with an id; API names (`show_doc` headings such as `Run.map`) are kind `api`."
     pt = _PageText(); pt.feed(page_html)
     res = []
@@ -695,7 +775,9 @@ def search_entries(page_html: str, page: str, title: str, n_chars: int = 600) ->
         res.append({'p': page, 'a': s['a'], 't': s['t'], 'k': 'api' if api else 'section', 'pt': title, 's': text})
     return res
 
-def write_search_index(site, titles: dict) -> Path:
+def write_search_index(site,         # the folder of the built html site
+                       titles: dict, # page (path in the site) -> its title; pages missing from the site are skipped
+                      ) -> Path:     # the index file written
     "Write `_static/search_index.js` (the entries of every page of `titles`: page -> title) into `site`; the search box reads it from a script tag, which works from `file://`."
     site, entries = Path(site), []
     for page, title in titles.items():
@@ -703,7 +785,9 @@ def write_search_index(site, titles: dict) -> Path:
     return atomic_write_text(site/'_static'/'search_index.js', 'window.NL_SEARCH_INDEX = ' + json.dumps(entries, ensure_ascii=False, separators=(',', ':')) + ';\n')
 
 # %% ../nbs/16_docs.ipynb #0895f8bf
-def write_readme(proc_nb, dest) -> Path:
+def write_readme(proc_nb, # the processed index notebook (in `_proc/`)
+                 dest,    # the markdown file to write (`README.md`)
+                ) -> Path:
     "Write `dest` (`README.md`) from the processed index notebook `proc_nb`; output images go to `index_files/` beside it."
     from nbconvert import MarkdownExporter
     nb = _read_nb(proc_nb)
@@ -717,7 +801,7 @@ def write_readme(proc_nb, dest) -> Path:
 @dataclass
 class DocsReport:
     "What `build_docs` did: pages written, errors found (by notebook), renderer, charts made static, README, time."
-    out: Path
+    out: Path                                                     # the folder of the site
     renderer: str                                                  # 'quarto' or 'nbconvert'
     pages: dict[str, str] = field(default_factory=dict)           # notebook (in nbs/) -> page (in out)
     errors: dict[str, list[str]] = field(default_factory=dict)    # notebook -> one line per error
@@ -725,8 +809,8 @@ class DocsReport:
     charts: int = 0                                               # charts rendered to static SVG (or live, with a slider)
     methods: int = 0                                              # method entries added to the pages (add_methods_to_proc)
     dead_links: list[str] = field(default_factory=list)           # `page: link` of each dead internal link (check_links)
-    readme: Path | None = None
-    seconds: float = 0.0
+    readme: Path | None = None                                    # the README written, or None
+    seconds: float = 0.0                                          # how long the build took, wall-clock
 
     @property
     def ok(self) -> bool: return not self.errors
@@ -745,6 +829,7 @@ class DocsReport:
 
     __repr__ = summary
 
+# %% ../nbs/16_docs.ipynb #c3ad3f93
 def _render_with_quarto(proc: Path, tmp: Path, site: dict):
     "`quarto render` in the processed folder; copy the site into `tmp`."
     out_name = (site.get('project') or {}).get('output-dir', '_docs')
@@ -756,6 +841,7 @@ def _render_with_quarto(proc: Path, tmp: Path, site: dict):
                             "fix the page it names, or build without Quarto: build_docs(use_quarto=False)")
     shutil.copytree(proc/out_name, tmp, dirs_exist_ok=True)
 
+# %% ../nbs/16_docs.ipynb #6fb71ac5
 _ASSETS = {'.png', '.jpg', '.jpeg', '.gif', '.svg', '.webp', '.css', '.js', '.json', '.csv', '.txt', '.pdf'}
 
 def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, errors: dict, quiet: bool):
@@ -794,8 +880,16 @@ def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, e
     write_search_index(tmp, {html_of[r]: titles[r] for r in html_of})
     return html_of, charts
 
-def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_workers: int | None = None,
-               root=None, readme: bool = True, force: bool = False, quiet: bool = False) -> DocsReport:
+# %% ../nbs/16_docs.ipynb #293fc17b
+def build_docs(out=None,                       # the site folder; None: nbdev's `doc_path` (`_docs/`)
+               use_quarto: bool | None = None, # True: Quarto (an error if not installed); False: nbconvert; None: Quarto if on PATH
+               strict: bool = True,            # on errors in any page, raise and leave the site as it was; False: write it, errors in the report
+               n_workers: int | None = None,   # processes for nbdev's processors (`process_notebooks`); None: up to 4
+               root=None,                      # the project folder (`find_project`); None: found from the cwd up
+               readme: bool = True,            # also write `README.md` from the index notebook
+               force: bool = False,            # process every notebook again (`process_notebooks`), not only the changed ones
+               quiet: bool = False,            # no progress bars and no printed summary
+              ) -> DocsReport:
     "Build the docs site from the notebooks into `out` (default `_docs/`): nbdev's processors, then Quarto if installed, else nbconvert."
     t0 = time.time()
     out = Path(out).expanduser().resolve() if out is not None else None
@@ -834,7 +928,9 @@ def build_docs(out=None, use_quarto: bool | None = None, strict: bool = True, n_
     return report
 
 # %% ../nbs/16_docs.ipynb #8ec2597b
-def notebook_to_html(path, title: str | None = None) -> str:
+def notebook_to_html(path,                    # an executed notebook
+                     title: str | None = None, # the page's title; None: the notebook's frontmatter title, else its file name
+                    ) -> str:                  # the html of the page
     "A standalone, offline html page of an executed notebook (Altair charts as inline SVG, no sidebar)."
     nb = _read_nb(path)
     fm, _ = prepare_notebook(nb)

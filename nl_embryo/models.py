@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from fastcore.basics import patch
 import torch
 from torch import nn
 import transformers
@@ -16,30 +17,32 @@ from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForTokenClassif
                           BertForMaskedLM, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, ElectraForTokenClassification, PretrainedConfig,
                           PreTrainedModel, RobertaConfig, RobertaForMaskedLM, RobertaPreLayerNormConfig)
 
-from .core import NlEmbryoError, human_size
+from .core import NlEmbryoError, human_size, atomic_write_bytes
 from .corpora import SPECIAL_TOKENS
+from .torchzip import read_torch_zip
 
 # %% auto #0
-__all__ = ['PRESETS', 'SPECIAL_IDS', 'ARCHS', 'PAIR_ARCHS', 'OBJECTIVES', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PRE_LN_ARCHS',
-           'POSITION_INITS', 'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST',
-           'ROBERTA_TYPES', 'SizePreset', 'get_preset', 'PairConfig', 'build_config', 'quiet_transformers',
-           'model_class', 'ElectraPair', 'is_pair', 'sinusoidal_table', 'init_positions', 'build_model',
-           'check_safetensors_weights', 'convert_to_safetensors', 'load_model', 'set_attention',
-           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
-           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
-           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
+__all__ = ['PRESETS', 'ARCHITECTURES', 'ARCHS', 'PAIR_ARCHS', 'PRE_LN_ARCHS', 'OBJECTIVES', 'SPECIAL_IDS',
+           'ALBERT_EMBEDDING_SIZE', 'NORMS', 'POSITION_INITS', 'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS',
+           'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset', 'get_preset', 'Architecture',
+           'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair', 'is_pair',
+           'sinusoidal_table', 'init_positions', 'build_model', 'check_safetensors_weights', 'convert_to_safetensors',
+           'load_model', 'set_attention', 'attention_implementation', 'count_parameters', 'parameter_table',
+           'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops', 'kaplan_training_flops',
+           'measure_training_flops', 'mlm_head', 'split_mlm_head', 'steps_for_equal_flops', 'max_positions',
+           'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
 class SizePreset:
     "The size of an encoder. `embedding_size=None` means the hidden size (ALBERT-family models then use 128)."
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    intermediate: int
-    embedding_size: int | None = None
-    max_position: int = 512
+    name: str                          # the preset's name (what `get_preset` and `--preset` take)
+    hidden: int                        # the hidden size
+    layers: int                        # the number of transformer layers
+    heads: int                         # attention heads per layer (must divide `hidden`)
+    intermediate: int                  # the feed-forward (FFN) size
+    embedding_size: int | None = None  # a factorised embedding size; None: the hidden size (ALBERT-family models: 128)
+    max_position: int = 512            # the longest input in tokens, unless `build_config` is given `max_position`
 
     def __post_init__(self):
         if self.hidden % self.heads:
@@ -56,7 +59,8 @@ PRESETS: dict[str, SizePreset] = {p.name: p for p in [
     SizePreset('base', hidden=768, layers=12, heads=12, intermediate=3072),
 ]}
 
-def get_preset(preset: str | SizePreset) -> SizePreset:
+def get_preset(preset: str | SizePreset,  # a preset name (a key of `PRESETS`) or a `SizePreset`
+              ) -> SizePreset:
     "The `SizePreset` named `preset` (a `SizePreset` passes through)."
     if isinstance(preset, SizePreset): return preset
     if preset not in PRESETS:
@@ -64,32 +68,57 @@ def get_preset(preset: str | SizePreset) -> SizePreset:
                             f"choose one of: {', '.join(PRESETS)} (or pass a SizePreset(...) for a custom size)")
     return PRESETS[preset]
 
+# %% ../nbs/03_models.ipynb #a7c1e0b2
+@dataclass(frozen=True)
+class Architecture:
+    "One model architecture: everything the builders, the training loop, the CLI and the interventions read about it."
+    name: str                 # the name `--arch` takes
+    objective: str            # its default pre-training objective (a key of `nl_embryo.objectives.OBJECTIVES`)
+    pair: bool = False        # a generator + discriminator pair sharing embeddings (`ElectraPair`)
+    pre_ln: bool = False      # transformers has a pre-LayerNorm variant of it (`norm='pre'`)
+    family: str = 'masked'    # 'masked': a bidirectional encoder with a masked-LM head
+    description: str = ''     # one line for the docs and `--help`
+
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in [
+    Architecture('bert', 'mlm', pre_ln=True, description='BERT: post-LN encoder, masked LM'),
+    Architecture('roberta', 'mlm', pre_ln=True, description="RoBERTa: BERT's body with RoBERTa's position offset"),
+    Architecture('albert', 'mlm', description='ALBERT: factorised embeddings, one layer shared across depth'),
+    Architecture('electra', 'electra', pair=True, description='ELECTRA: a small generator and a discriminator (replaced-token detection)'),
+    Architecture('ale', 'electra', pair=True, description='ALE: ELECTRA with ALBERT networks'),
+    Architecture('script', 'script', pre_ln=True, description='SCRIPT: a masked LM trained as its own self-critic'),
+]}
+ARCHS = tuple(ARCHITECTURES)                                                     # every architecture name
+PAIR_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.pair)                # the generator + discriminator pairs
+PRE_LN_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.pre_ln)            # those with a pre-LayerNorm variant
+OBJECTIVES = {a: e.objective for a, e in ARCHITECTURES.items()}                  # each architecture's default objective
+
 # %% ../nbs/03_models.ipynb #f2348146
 SPECIAL_IDS: dict[str, int] = {t.strip('[]').lower(): i for i, t in enumerate(SPECIAL_TOKENS)}  # pad unk cls sep mask
-ARCHS = ('bert', 'roberta', 'albert', 'electra', 'ale', 'script')
-PAIR_ARCHS = ('electra', 'ale')
-OBJECTIVES = {'bert': 'mlm', 'roberta': 'mlm', 'albert': 'mlm', 'electra': 'electra', 'ale': 'electra', 'script': 'script'}
 ALBERT_EMBEDDING_SIZE = 128
 
+# %% ../nbs/03_models.ipynb #38fc5d65
 @dataclass
 class PairConfig:
     "The two configs of an ELECTRA-style pair."
-    generator: PretrainedConfig
-    discriminator: PretrainedConfig
+    generator: PretrainedConfig        # the generator's config (a `*ForMaskedLM` class)
+    discriminator: PretrainedConfig    # the discriminator's config (a `*ForTokenClassification` class, one label)
 
+# %% ../nbs/03_models.ipynb #4aec043e
 def _check_arch(arch: str) -> str:
     if arch not in ARCHS:
         raise NlEmbryoError(f"unknown architecture {arch!r}", f"choose one of: {', '.join(ARCHS)}")
     return arch
 
+# %% ../nbs/03_models.ipynb #2817ad6c
 def _special_kwargs() -> dict:
     s = SPECIAL_IDS
     return dict(pad_token_id=s['pad'], unk_token_id=s['unk'], cls_token_id=s['cls'], bos_token_id=s['cls'],
                 sep_token_id=s['sep'], eos_token_id=s['sep'], mask_token_id=s['mask'], tie_word_embeddings=True)
 
+# %% ../nbs/03_models.ipynb #98620b1a
 NORMS = ('post', 'pre')                    # where each sub-layer's LayerNorm sits: after the residual add (BERT) or before
-PRE_LN_ARCHS = ('bert', 'roberta', 'script')   # the architectures with a pre-LayerNorm variant in transformers
 
+# %% ../nbs/03_models.ipynb #868d7de1
 def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size: int, max_position: int,
             hidden: int, heads: int, intermediate: int, overrides: dict, dropout: float = 0.1, **kw) -> PretrainedConfig:
     "One transformers config; `cls_name` is the model class it is for."
@@ -107,8 +136,16 @@ def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size:
     args.update(kw); args.update(overrides)
     return config_cls(**args)
 
-def build_config(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int = 8000, max_position: int | None = None,
-                 generator_fraction: float = 0.25, norm: str = 'post', dropout: float = 0.1, **overrides) -> PretrainedConfig | PairConfig:
+# %% ../nbs/03_models.ipynb #1f2b998b
+def build_config(arch: str,                         # the architecture, one of `ARCHS`
+                 preset: str | SizePreset = 'tiny',  # the size: a preset name (`PRESETS`) or a `SizePreset`
+                 vocab_size: int = 8000,             # the tokenizer's vocabulary size (more than the 5 special tokens)
+                 max_position: int | None = None,    # the longest input in tokens; None: the preset's `max_position`
+                 generator_fraction: float = 0.25,   # electra/ale: the generator's hidden size, heads and FFN as a fraction of the discriminator's, in (0, 1]
+                 norm: str = 'post',                 # 'post': LayerNorm after each residual add (BERT); 'pre': pre-LayerNorm (bert, roberta, script)
+                 dropout: float = 0.1,               # the hidden and attention dropout, in [0, 1); 0 turns it off
+                 **overrides,                        # config fields set on every config built
+                ) -> PretrainedConfig | PairConfig:  # one config, or a `PairConfig` for electra/ale
     """The config of `arch` at size `preset` (a `PairConfig` for `electra`/`ale`). `norm='pre'` gives the pre-LayerNorm
     variant (`bert`, `roberta`, `script`); `dropout` is the hidden and attention dropout; `overrides` are set on every config built."""
     _check_arch(arch); p = get_preset(preset)
@@ -171,7 +208,8 @@ def quiet_transformers():
         hf_logging.set_verbosity(level)
         if bars: hf_logging.enable_progress_bar()
 
-def model_class(config: PretrainedConfig) -> type[PreTrainedModel]:
+def model_class(config: PretrainedConfig,      # a config that names its class in `architectures` (as `build_config` writes it)
+               ) -> type[PreTrainedModel]:
     "The transformers class a config was written for (its `architectures[0]`)."
     name = (getattr(config, 'architectures', None) or [None])[0]
     cls = getattr(transformers, name, None) if name else None
@@ -189,7 +227,11 @@ class ElectraPair(nn.Module):
     "An ELECTRA-style generator + discriminator sharing their embeddings (token, position, token type, LayerNorm)."
     SHARED = ('word_embeddings', 'position_embeddings', 'token_type_embeddings', 'LayerNorm')
 
-    def __init__(self, generator: PreTrainedModel, discriminator: PreTrainedModel, share_embeddings: bool = True):
+    def __init__(self,
+                 generator: PreTrainedModel,       # the generator: a transformers `*ForMaskedLM` model
+                 discriminator: PreTrainedModel,   # the discriminator: a transformers `*ForTokenClassification` with one label
+                 share_embeddings: bool = True,    # make the generator use the discriminator's embeddings (`tie_embeddings`); False: leave them apart
+                ):
         super().__init__()
         self.generator, self.discriminator = generator, discriminator
         if share_embeddings: self.tie_embeddings()
@@ -219,35 +261,50 @@ class ElectraPair(nn.Module):
         raise NlEmbryoError("an ElectraPair has no single forward pass",
                             "call pair.generator(...) and pair.discriminator(...), or train it with nl_embryo.pretrain")
 
-    def save_pretrained(self, path, **kwargs) -> Path:
-        "Write `path/generator/` and `path/discriminator/` (config.json + model.safetensors each)."
-        path = Path(path); path.mkdir(parents=True, exist_ok=True)
-        with quiet_transformers():
-            self.generator.save_pretrained(path/'generator', **kwargs)
-            self.discriminator.save_pretrained(path/'discriminator', **kwargs)
-        return path
+# %% ../nbs/03_models.ipynb #b94c9ae9
+@patch
+def save_pretrained(self: ElectraPair,
+                    path,          # the folder to write (created, with its parents, if missing)
+                    **kwargs,      # passed to both halves' `save_pretrained`
+                   ) -> Path:      # `path`
+    "Write `path/generator/` and `path/discriminator/` (config.json + model.safetensors each)."
+    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    with quiet_transformers():
+        self.generator.save_pretrained(path/'generator', **kwargs)
+        self.discriminator.save_pretrained(path/'discriminator', **kwargs)
+    return path
 
-    @classmethod
-    def from_pretrained(cls, path, **kwargs) -> 'ElectraPair':
-        "Load a pair written by `save_pretrained` and re-tie the shared embeddings. `kwargs` go to both `from_pretrained` calls."
-        path = Path(path)
-        for part in ('generator', 'discriminator'):
-            if not (path/part/'config.json').exists():
-                raise NlEmbryoError(f"{path} is not an ELECTRA pair checkpoint: {path/part/'config.json'} is missing",
-                                    "pass the folder written by ElectraPair.save_pretrained (it holds generator/ and discriminator/)")
-        for part in ('generator', 'discriminator'): check_safetensors_weights(path/part)
-        with quiet_transformers():
-            parts = [model_class(AutoConfig.from_pretrained(path/p)).from_pretrained(path/p, **dict(kwargs, use_safetensors=True))
-                     for p in ('generator', 'discriminator')]
-        return cls(*parts)
+# %% ../nbs/03_models.ipynb #498448ff
+@patch(cls_method=True)
+def from_pretrained(cls: ElectraPair,
+                    path,                # a folder written by `ElectraPair.save_pretrained` (generator/ + discriminator/)
+                    **kwargs,            # passed to both halves' `from_pretrained` (safetensors only)
+                   ) -> 'ElectraPair':   # the pair, its embeddings shared again
+    "Load a pair written by `save_pretrained` and re-tie the shared embeddings. `kwargs` go to both `from_pretrained` calls."
+    path = Path(path)
+    for part in ('generator', 'discriminator'):
+        if not (path/part/'config.json').exists():
+            raise NlEmbryoError(f"{path} is not an ELECTRA pair checkpoint: {path/part/'config.json'} is missing",
+                                "pass the folder written by ElectraPair.save_pretrained (it holds generator/ and discriminator/)")
+    for part in ('generator', 'discriminator'): check_safetensors_weights(path/part)
+    with quiet_transformers():
+        parts = [model_class(AutoConfig.from_pretrained(path/p)).from_pretrained(path/p, **dict(kwargs, use_safetensors=True))
+                 for p in ('generator', 'discriminator')]
+    return cls(*parts)
 
-def is_pair(model) -> bool:
+# %% ../nbs/03_models.ipynb #a96d5c3e
+def is_pair(model,      # anything: a model, an `ElectraPair`, a config, ...
+           ) -> bool:
     "True for an `ElectraPair` (or a `PairConfig`)."
     return isinstance(model, (ElectraPair, PairConfig))
 
+# %% ../nbs/03_models.ipynb #b92aee45
 POSITION_INITS = ('random', 'sinusoidal')
 
-def sinusoidal_table(n: int, d: int) -> torch.Tensor:
+# %% ../nbs/03_models.ipynb #57779dbe
+def sinusoidal_table(n: int,              # the number of positions (rows)
+                     d: int,              # the embedding size (columns)
+                    ) -> torch.Tensor:    # float32, (n, d)
     "The sine/cosine position table of Vaswani et al. (2017): row `p` holds sin(p·f_i) in column 2i and cos(p·f_i) in 2i+1, f_i = 10000^(-2i/d)."
     pos = torch.arange(n, dtype=torch.float64)[:, None]
     freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
@@ -255,7 +312,10 @@ def sinusoidal_table(n: int, d: int) -> torch.Tensor:
     t[:, 0::2] = torch.sin(pos * freq); t[:, 1::2] = torch.cos(pos * freq)[:, :d // 2]
     return t.float()
 
-def init_positions(model, kind: str = 'sinusoidal'):
+# %% ../nbs/03_models.ipynb #10a40717
+def init_positions(model,                    # a transformers model or an `ElectraPair` with learned position embeddings
+                   kind: str = 'sinusoidal',  # one of `POSITION_INITS`: 'sinusoidal', or 'random' (left as initialised)
+                  ):                          # `model`, changed in place
     """Initialise the learned position embeddings of `model` (shared by both halves of an `ElectraPair`) in place, and
     return it. `random`: the transformers initialisation, a normal draw of std `initializer_range`, left as it is.
     `sinusoidal`: the sine/cosine table (`sinusoidal_table`) scaled to that same std, so that a position starts as strong
@@ -272,8 +332,16 @@ def init_positions(model, kind: str = 'sinusoidal'):
         with torch.no_grad(): emb.weight.copy_(table.to(emb.weight))
     return model
 
-def build_model(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int = 8000, max_position: int | None = None,
-                generator_fraction: float = 0.25, device=None, position_init: str = 'random', **overrides) -> PreTrainedModel | ElectraPair:
+# %% ../nbs/03_models.ipynb #ee611d73
+def build_model(arch: str,                          # the architecture, one of `ARCHS`
+                preset: str | SizePreset = 'tiny',  # the size: a preset name (`PRESETS`) or a `SizePreset`
+                vocab_size: int = 8000,             # the tokenizer's vocabulary size
+                max_position: int | None = None,    # the longest input in tokens; None: the preset's `max_position`
+                generator_fraction: float = 0.25,   # electra/ale: the generator's size as a fraction of the discriminator's
+                device=None,                        # the device to build on ('meta' builds without memory); None: the CPU
+                position_init: str = 'random',      # how the position embeddings start: one of `POSITION_INITS`
+                **overrides,                        # `build_config`'s `norm` and `dropout`, and config fields
+               ) -> PreTrainedModel | ElectraPair:
     """A randomly initialised `arch` model at size `preset`: a transformers MLM, or an `ElectraPair` for `electra`/`ale`;
     its position embeddings start as `position_init` says (`init_positions`)."""
     if position_init not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {position_init!r}", f"choose one of: {', '.join(POSITION_INITS)}")
@@ -282,9 +350,11 @@ def build_model(arch: str, preset: str | SizePreset = 'tiny', vocab_size: int = 
         return init_positions(ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device)), position_init)
     return init_positions(_instantiate(cfg, device), position_init)
 
+# %% ../nbs/03_models.ipynb #afad0c04
 PICKLED_WEIGHTS = ('pytorch_model.bin', 'pytorch_model.bin.index.json', 'model.pt', 'model.pth', 'model.ckpt', 'tf_model.h5', 'flax_model.msgpack')
 
-def check_safetensors_weights(path) -> None:
+def check_safetensors_weights(path,         # a model folder (config.json and weights)
+                             ) -> None:
     """Refuse a model folder without safetensors weights: a `pytorch_model.bin` and its kin are pickles, which can run
     code when loaded, so nl_embryo never loads them (it does not open them either). The error names the conversion."""
     path = Path(path)
@@ -296,18 +366,22 @@ def check_safetensors_weights(path) -> None:
                         f"convert_to_safetensors('{path}')\" (it reads the tensors of pytorch_model.bin without unpickling and writes "
                         f"model.safetensors next to it)")
 
-def convert_to_safetensors(folder, source: str = 'pytorch_model.bin') -> Path:
+# %% ../nbs/03_models.ipynb #ce5cd0c9
+def convert_to_safetensors(folder,                              # the model folder; `model.safetensors` is written into it
+                           source: str = 'pytorch_model.bin',   # the file name of the `torch.save` state dict in `folder`
+                          ) -> Path:                            # the `model.safetensors` written
     """Write `model.safetensors` from the `torch.save` state dict `folder/source`, read without unpickling
-    (`nl_embryo.scoring.read_torch_zip` replays the pickle and accepts nothing but tensors). Run it on files you trust."""
+    (`nl_embryo.torchzip.read_torch_zip` replays the pickle and accepts nothing but tensors). Run it on files you trust."""
     from safetensors.torch import save as to_bytes
-    from nl_embryo.core import atomic_write_bytes
-    from nl_embryo.scoring import read_torch_zip
     folder = Path(folder); src = folder/source
     if not src.is_file(): raise NlEmbryoError(f"{src} does not exist", f"pass the folder that holds {source} (or source='NAME')")
     tensors = {k: v.contiguous() for k, v in read_torch_zip(src).items()}
     return atomic_write_bytes(folder/'model.safetensors', to_bytes(tensors, metadata={'format': 'pt'}))
 
-def load_model(path, **kwargs) -> PreTrainedModel | ElectraPair:
+# %% ../nbs/03_models.ipynb #3a0fdd0e
+def load_model(path,       # a checkpoint folder written by `save_pretrained`
+               **kwargs,   # passed to `from_pretrained` (e.g. `attn_implementation`)
+              ) -> PreTrainedModel | ElectraPair:
     """Load a checkpoint folder: an `ElectraPair` when it holds `generator/` + `discriminator/`, else the class its config
     names. Safetensors weights only (`use_safetensors=True`): a folder with pickled weights alone is refused, with the conversion."""
     path = Path(path)
@@ -322,7 +396,9 @@ def load_model(path, **kwargs) -> PreTrainedModel | ElectraPair:
 # %% ../nbs/03_models.ipynb #b087e834
 ATTENTION_IMPLEMENTATIONS = ('eager', 'sdpa')
 
-def set_attention(model, implementation: str = 'eager'):
+def set_attention(model,                        # a transformers model or an `ElectraPair` (both halves switch)
+                  implementation: str = 'eager',  # 'eager' (returns attention weights) or 'sdpa' (faster, for training)
+                 ):                               # `model`, changed in place
     "Switch a model (or both halves of an `ElectraPair`) to `eager` (returns attention weights) or `sdpa` attention, in place; returns the model."
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise NlEmbryoError(f"unknown attention implementation {implementation!r}",
@@ -334,17 +410,24 @@ def set_attention(model, implementation: str = 'eager'):
                                 f"reload it with from_pretrained(..., attn_implementation={implementation!r})")
     return model
 
-def attention_implementation(model) -> str:
+def attention_implementation(model,      # a transformers model or an `ElectraPair` (its discriminator)
+                            ) -> str:   # 'eager', 'sdpa', ...
     "The attention implementation a model (or the discriminator of a pair) uses now."
     return (model.discriminator if is_pair(model) else model).config._attn_implementation
 
-def count_parameters(model: nn.Module, trainable_only: bool = False, exclude_embeddings: bool = False) -> int:
+def count_parameters(model: nn.Module,                 # any torch module; a parameter shared by two parts counts once
+                     trainable_only: bool = False,      # count only the parameters with `requires_grad`
+                     exclude_embeddings: bool = False,  # leave out the `nn.Embedding` tables (token, position, token type)
+                    ) -> int:
     "Number of distinct parameters; optionally only trainable ones, optionally without the embedding lookup tables."
     skip = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()} if exclude_embeddings else set()
     return sum(p.numel() for p in model.parameters() if id(p) not in skip and (p.requires_grad or not trainable_only))
 
 # %% ../nbs/03_models.ipynb #a451f186
-def parameter_table(presets=('tiny', 'small', 'base'), archs=ARCHS, vocab_sizes=(8000, 30522)) -> pd.DataFrame:
+def parameter_table(presets=('tiny', 'small', 'base'),  # the size presets (names or `SizePreset`s)
+                    archs=ARCHS,                        # the architectures
+                    vocab_sizes=(8000, 30522),          # the vocabulary sizes
+                   ) -> pd.DataFrame:                   # one row per preset, architecture and vocabulary size
     "Parameter counts per preset, architecture and vocabulary size (built on the meta device)."
     rows = []
     for preset in presets:
@@ -366,11 +449,15 @@ def _stored_numel(model: nn.Module) -> int:
         n += sum(b.numel() for k, b in m._buffers.items() if b is not None and k not in m._non_persistent_buffers_set)
     return n
 
-def stored_numel(model) -> int:
+def stored_numel(model,      # a transformers model or an `ElectraPair`
+                ) -> int:
     "Tensor elements a checkpoint of `model` holds (both folders of a pair)."
     return sum(_stored_numel(m) for m in ([model.generator, model.discriminator] if is_pair(model) else [model]))
 
-def checkpoint_sizes(presets=('tiny', 'small', 'base'), archs=ARCHS, vocab_sizes=(8000, 30522)) -> pd.DataFrame:
+def checkpoint_sizes(presets=('tiny', 'small', 'base'),  # the size presets (names or `SizePreset`s)
+                     archs=ARCHS,                        # the architectures
+                     vocab_sizes=(8000, 30522),          # the vocabulary sizes
+                    ) -> pd.DataFrame:                   # one row per preset, architecture and vocabulary size
     "Bytes of one checkpoint's weights per preset, architecture and vocabulary size, in fp32 and fp16/bf16, plus AdamW state."
     rows = []
     for preset in presets:
@@ -393,6 +480,7 @@ def _as_configs(model_or_config):
     raise NlEmbryoError(f"cannot count FLOPs of a {type(model_or_config).__name__}",
                         "pass a transformers model, an ElectraPair, or a config from build_config")
 
+# %% ../nbs/03_models.ipynb #daf0846c
 def _encoder_flops(cfg: PretrainedConfig, seq_len: int) -> dict:
     H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     E = getattr(cfg, 'embedding_size', None) or H
@@ -400,6 +488,7 @@ def _encoder_flops(cfg: PretrainedConfig, seq_len: int) -> dict:
     return {'embedding_projection': 2 * E * H if factorised else 0, 'attention_projections': L * 8 * H * H,
             'attention_scores': L * 4 * seq_len * H, 'ffn': L * 4 * H * I}
 
+# %% ../nbs/03_models.ipynb #d5e74d78
 def _head_flops(cfg: PretrainedConfig) -> tuple[str, int]:
     "(kind, forward FLOPs per position) of the head the config's model class puts on the encoder."
     H, V = cfg.hidden_size, cfg.vocab_size
@@ -411,6 +500,7 @@ def _head_flops(cfg: PretrainedConfig) -> tuple[str, int]:
     if cls.endswith('ForTokenClassification'): return 'rtd_head', 2 * H * cfg.num_labels
     return 'head', 0
 
+# %% ../nbs/03_models.ipynb #8a26ee15
 def _single_flops(cfg, seq_len, masked_fraction, mlm_head_on_masked_only, objective) -> dict:
     parts = _encoder_flops(cfg, seq_len)
     kind, per_position = _head_flops(cfg)
@@ -421,8 +511,13 @@ def _single_flops(cfg, seq_len, masked_fraction, mlm_head_on_masked_only, object
         parts['critic.mlm_head'] = per_position
     return parts
 
-def flops_per_token(model_or_config, seq_len: int = 128, masked_fraction: float = 0.15,
-                    mlm_head_on_masked_only: bool = True, objective: str | None = None) -> dict:
+# %% ../nbs/03_models.ipynb #3cda69ac
+def flops_per_token(model_or_config,                     # a transformers model, an `ElectraPair`, or a config / `PairConfig` of `build_config`
+                    seq_len: int = 128,                  # the sequence length (the attention scores grow with it)
+                    masked_fraction: float = 0.15,       # the fraction of positions masked, in (0, 1]
+                    mlm_head_on_masked_only: bool = True, # count the MLM head at the masked positions only (as nl_embryo trains); False: at all
+                    objective: str | None = None,        # 'mlm' or 'script' for a single model; None: the config's (a pair is always ELECTRA)
+                   ) -> dict:                            # {part: FLOPs per token} and their 'total'
     "Forward matmul FLOPs per input token, by part, and their `total`. Objective (mlm/electra/script) defaults to the config's."
     cfg = _as_configs(model_or_config)
     if not 0 < masked_fraction <= 1: raise NlEmbryoError(f"masked_fraction={masked_fraction} must lie in (0, 1]", "use 0.15 as BERT")
@@ -438,12 +533,20 @@ def flops_per_token(model_or_config, seq_len: int = 128, masked_fraction: float 
     parts['total'] = sum(parts.values())
     return parts
 
-def training_flops(model_or_config, tokens: float, seq_len: int = 128, **kwargs) -> float:
+# %% ../nbs/03_models.ipynb #cbcd40f5
+def training_flops(model_or_config,      # a model, an `ElectraPair` or a config, as `flops_per_token` takes it
+                   tokens: float,        # the number of training input tokens
+                   seq_len: int = 128,   # the sequence length
+                   **kwargs,             # `flops_per_token`'s other options
+                  ) -> float:
     "Training FLOPs for `tokens` input tokens: 3 × forward (forward + a backward of twice the forward)."
     return 3.0 * flops_per_token(model_or_config, seq_len, **kwargs)['total'] * tokens
 
 # %% ../nbs/03_models.ipynb #fd499e78
-def kaplan_training_flops(model: PreTrainedModel, tokens: float, seq_len: int = 128) -> float:
+def kaplan_training_flops(model: PreTrainedModel,  # a transformers MLM
+                          tokens: float,           # the number of training input tokens
+                          seq_len: int = 128,      # the sequence length (for the attention term)
+                         ) -> float:
     "6·N·D + attention, with N = non-embedding parameters + the tied output layer (V×E), for an MLM with its head at every position."
     cfg = model.config
     E = getattr(cfg, 'embedding_size', None) or cfg.hidden_size if cfg.model_type in ('albert', 'electra') else cfg.hidden_size
@@ -451,7 +554,12 @@ def kaplan_training_flops(model: PreTrainedModel, tokens: float, seq_len: int = 
     return 6 * N * tokens + 3 * cfg.num_hidden_layers * 4 * seq_len * cfg.hidden_size * tokens
 
 # %% ../nbs/03_models.ipynb #0f1dd6ff
-def measure_training_flops(model, seq_len: int = 128, batch_size: int = 2, masked_fraction: float = 0.15, seed: int = 0) -> float:
+def measure_training_flops(model,                         # a transformers MLM or an `ElectraPair` (its mode and attention are restored)
+                           seq_len: int = 128,            # the sequence length of the random batch
+                           batch_size: int = 2,           # the number of sequences in it
+                           masked_fraction: float = 0.15, # the fraction of positions masked
+                           seed: int = 0,                 # the seed of the random batch
+                          ) -> float:                     # FLOPs per token
     "Matmul FLOPs per token of one forward + backward of `model`'s objective, measured with `FlopCounterMode` (heads at every position)."
     from torch.utils.flop_counter import FlopCounterMode
     pair = is_pair(model)
@@ -483,14 +591,16 @@ def measure_training_flops(model, seq_len: int = 128, batch_size: int = 2, maske
         model.zero_grad(set_to_none=True); set_attention(model, before); model.train(was_training)
 
 # %% ../nbs/03_models.ipynb #4c9a1f47
-def mlm_head(model: PreTrainedModel) -> nn.Module:
+def mlm_head(model: PreTrainedModel,  # a transformers `*ForMaskedLM` model
+            ) -> nn.Module:
     "The MLM head of a transformers `*ForMaskedLM` (hidden states -> vocabulary logits), to apply at masked positions only."
     for name in ('cls', 'lm_head', 'predictions'):
         if hasattr(model, name): return getattr(model, name)
     if hasattr(model, 'generator_predictions'): return nn.Sequential(model.generator_predictions, model.generator_lm_head)
     raise NlEmbryoError(f"{type(model).__name__} has no MLM head", "pass a *ForMaskedLM model")
 
-def split_mlm_head(model: PreTrainedModel) -> tuple:
+def split_mlm_head(model: PreTrainedModel,  # a transformers `*ForMaskedLM` model
+                  ) -> tuple:               # `(features, output_layer)`
     """The MLM head as `(features, output_layer)`: `features` maps hidden states to the output layer's input (dense,
     activation, LayerNorm) and `output_layer` is the tied `nn.Linear` to the vocabulary, so that
     `output_layer(features(h)) == mlm_head(model)(h)`. Lets a caller fuse the output layer with what follows it."""
@@ -515,7 +625,13 @@ def _arch_of(model) -> str:
     cfg = cfg.discriminator if isinstance(cfg, PairConfig) else cfg
     return getattr(cfg, 'nl_embryo_arch', None) or cfg.model_type
 
-def steps_for_equal_flops(model, reference, reference_steps: int, seq_len: int = 128, convention: str = 'analytic', **kwargs) -> int:
+def steps_for_equal_flops(model,                        # the model (or config) whose steps are counted
+                          reference,                    # the model (or config) whose budget it must match
+                          reference_steps: int,         # the steps the reference trains
+                          seq_len: int = 128,           # the sequence length of both
+                          convention: str = 'analytic', # one of `FLOPS_CONVENTIONS`: 'analytic' or 'paper001'
+                          **kwargs,                     # `flops_per_token`'s other options
+                         ) -> int:
     """Steps `model` may take (same batch shape) to spend the training FLOPs of `reference` after `reference_steps` steps,
     under `convention`: `'analytic'` (this chapter's matmul count) or `'paper001'` (the cost ratios paper 001's Table V
     implies for BERT, ELECTRA and ALE; the analytic count for any other architecture)."""
@@ -529,7 +645,9 @@ def steps_for_equal_flops(model, reference, reference_steps: int, seq_len: int =
 # %% ../nbs/03_models.ipynb #16c6a9ee
 ROBERTA_TYPES = ('roberta', 'roberta-prelayernorm', 'xlm-roberta', 'camembert')   # position ids start after the pad id
 
-def max_positions(model_or_config, default: int | None = None) -> int | None:
+def max_positions(model_or_config,           # a model, an `ElectraPair`, a config or a config dict
+                  default: int | None = None, # what to return when the config has no `max_position_embeddings`
+                 ) -> int | None:
     """The longest input a model accepts: its `max_position_embeddings`, less RoBERTa's position-id offset (`pad_token_id + 1`)
     for the RoBERTa family. Takes a model, an `ElectraPair` (its discriminator), a config or a config dict (`Run.model_config`)."""
     cfg = model_or_config
@@ -540,7 +658,9 @@ def max_positions(model_or_config, default: int | None = None) -> int | None:
     if n is None: return default
     return int(n) - ((get('pad_token_id') or 0) + 1 if get('model_type') in ROBERTA_TYPES else 0)
 
-def check_tokenizer_matches(model, tokenizer) -> None:
+def check_tokenizer_matches(model,       # a transformers model or an `ElectraPair`
+                            tokenizer,   # the tokenizer to use with it
+                           ) -> None:
     "Raise `NlEmbryoError` unless `tokenizer` has the model's vocabulary size and special-token ids (both halves of a pair)."
     configs = [model.generator.config, model.discriminator.config] if is_pair(model) else [model.config]
     n = len(tokenizer)

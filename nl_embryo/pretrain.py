@@ -7,201 +7,40 @@ from __future__ import annotations
 import dataclasses, errno, json, math, os, re, shutil, time, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
+from types import SimpleNamespace
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
                             is_disk_full, native_bf16, sha256_file)
-from .corpora import SPECIAL_TOKENS, CORPORA
-from .models import mlm_head, load_model, quiet_transformers
+from .corpora import SPECIAL_TOKENS, CORPORA, load_corpus
+from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, POSITION_INITS, is_pair,
+                              split_mlm_head, build_model, check_tokenizer_matches, set_attention, count_parameters, training_flops)
+from .objectives import (EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
+                                  parse_mask_split, step_generator, word_start_table)
+from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model, optimizer_from_safetensors,
+                                   remove_interrupted_saves, save_checkpoint, verify_checkpoint)
 
 # %% auto #0
-__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_SPLIT', 'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT',
-           'OBJECTIVES', 'SCHEDULES', 'ARCHS', 'DEFAULT_OBJECTIVE', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES',
-           'RECIPE_FIELDS', 'CHECKPOINT_RE', 'CHECKPOINT_MANIFEST', 'DAMAGED_FIX', 'PLATEAU_MARGIN', 'step_generator',
-           'parse_mask_split', 'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table',
-           'masked_lm_logits', 'mlm_objective', 'masked_ce', 'sample_replacements', 'electra_objective', 'corrupt',
-           'rtd_logits', 'script_objective', 'linear_logsumexp', 'script_log_z', 'Lamb', 'make_optimizer', 'lr_at',
-           'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
-           'optimizer_to_safetensors', 'optimizer_from_safetensors', 'safetensors_problem', 'checkpoint_problem',
-           'checkpoint_is_complete', 'list_checkpoints', 'damaged_checkpoints', 'remove_interrupted_saves',
-           'verify_checkpoint', 'disk_full_error', 'load_trained_model', 'save_checkpoint', 'unigram_log_probs',
-           'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows', 'training_attention', 'pretrain']
-
-# %% ../nbs/04_pretrain.ipynb #5e8c63bb
-N_SPECIAL = len(SPECIAL_TOKENS)
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(N_SPECIAL)
-
-def step_generator(seed: int, step: int, device='cpu') -> torch.Generator:
-    "A torch generator for step `step` of a run seeded with `seed` (the same numbers whenever the step is replayed)."
-    g = torch.Generator(device=device); g.manual_seed((seed * 1_000_003 + step) % (2**63 - 1)); return g
-
-MASK_SPLIT = (0.8, 0.1, 0.1)   # BERT: of the selected tokens, 80% become [MASK], 10% a random token, 10% stay
-# The eval batches [MASK] every selected token: with 80/10/10, 10% of the scored positions show their own token, which a
-# model learns to copy and the context-free unigram predictor cannot see, so the distance below the unigram entropy
-# gains about 0.5 nat that is not learning from context (a model trained on uniform random tokens showed 0.55 nat "below").
-EVAL_MASK_SPLIT = (1.0, 0.0, 0.0)
-LEGACY_EVAL_SPLIT = '80/10/10'     # what runs written before `eval_mask_split` was recorded in config.json were scored with
-
-def parse_mask_split(spec) -> tuple[float, float, float]:
-    "`'80/10/10'` (percent of the selected tokens that become [MASK] / a random token / stay) or a 3-tuple of fractions -> fractions."
-    try:
-        parts = [float(x) for x in spec.split('/')] if isinstance(spec, str) else [float(x) for x in spec]
-        if len(parts) != 3 or min(parts) < 0: raise ValueError
-        total = sum(parts)
-        if abs(total - 100) > 1e-6 and abs(total - 1) > 1e-9: raise ValueError
-    except (ValueError, TypeError, AttributeError):
-        raise NlEmbryoError(f"bad mask split {spec!r}", "give three percentages that sum to 100: '80/10/10' (BERT) or '100/0/0' (always [MASK])") from None
-    return tuple(p / total for p in parts)
-
-def format_mask_split(split) -> str:
-    "`(0.8, 0.1, 0.1)` -> `'80/10/10'`: how config.json records a split."
-    return '/'.join(f'{100 * f:g}' for f in parse_mask_split(split))
-
-def eval_split_of(config: dict | None) -> tuple[float, float, float]:
-    """The eval mask split a run is scored with, from its config.json dict: the recorded `eval_mask_split`; a run written
-    before it was recorded: `LEGACY_EVAL_SPLIT` (80/10/10); no config at all (a new run): `EVAL_MASK_SPLIT`."""
-    if not config: return EVAL_MASK_SPLIT
-    return parse_mask_split(config.get('eval_mask_split', LEGACY_EVAL_SPLIT))
-
-def mask_tokens(ids: torch.Tensor, vocab_size: int, g: torch.Generator, mask_prob: float = 0.15,
-                word_starts: torch.Tensor | None = None, split=MASK_SPLIT):
-    """BERT masking of `ids` (B x T): returns `(inputs, labels, selected)`; labels are -100 where not selected. With
-    `word_starts` (a bool per vocabulary id), whole words are selected. `split`: the fractions of the selected tokens
-    that become [MASK], a random token, or stay unchanged (BERT's 80/10/10)."""
-    special = ids < N_SPECIAL
-    if word_starts is None:
-        selected = (torch.rand(ids.shape, generator=g, device=ids.device) < mask_prob) & ~special
-    else:
-        starts = word_starts.to(ids.device)[ids] | special
-        word = torch.cumsum(starts.long(), dim=1)                       # word index of each token within its row
-        pick = torch.rand((ids.shape[0], ids.shape[1] + 1), generator=g, device=ids.device) < mask_prob
-        selected = torch.gather(pick, 1, word) & ~special
-    r = torch.rand(ids.shape, generator=g, device=ids.device)
-    rand_tok = torch.randint(N_SPECIAL, vocab_size, ids.shape, generator=g, device=ids.device)
-    p_mask, p_random = float(split[0]), float(split[0]) + float(split[1])
-    inputs = torch.where(selected & (r < p_mask), torch.full_like(ids, MASK_ID), ids)
-    inputs = torch.where(selected & (r >= p_mask) & (r < p_random), rand_tok, inputs)
-    labels = torch.where(selected, ids, torch.full_like(ids, -100))
-    return inputs, labels, selected
-
-def word_start_table(tokenizer) -> torch.Tensor:
-    "A bool per vocabulary id: True unless the token is a WordPiece continuation (`##...`)."
-    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    return torch.tensor([not t.startswith('##') for t in vocab])
-
-# %% ../nbs/04_pretrain.ipynb #4b28f1b3
-def masked_lm_logits(model, inputs: torch.Tensor, selected: torch.Tensor):
-    "Run the backbone on `inputs` and the MLM head only at `selected` positions: logits of shape (n_selected, V)."
-    hidden = model.base_model(input_ids=inputs).last_hidden_state
-    return mlm_head(model)(hidden[selected])
-
-# %% ../nbs/04_pretrain.ipynb #6e385b21
-def mlm_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, split=MASK_SPLIT, **_):
-    "BERT masked-language-model loss at the selected positions."
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
-    logits = masked_lm_logits(model, inputs, sel)
-    loss, acc = masked_ce(logits, ids[sel])
-    return dict(loss=loss, mlm_loss=loss.detach(), mlm_acc=acc, n_masked=int(sel.sum()))
-
-def masked_ce(logits: torch.Tensor, target: torch.Tensor):
-    """Cross-entropy (in float32) and accuracy of MLM `logits` at the masked positions. The accuracy's argmax reads the
-    float32 copy the loss makes anyway: a CPU's argmax over bf16 logits is about 4x slower (15 against 4 ms for 1,024 x
-    8,000), and it picks the same token, since the copy is exact."""
-    logits = logits.float()
-    return F.cross_entropy(logits, target), (logits.detach().argmax(-1) == target).float().mean()
-
-def sample_replacements(logits: torch.Tensor, g: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
-    "One token per row of `logits`, sampled from softmax(logits / temperature) by the Gumbel-max trick."
-    u = torch.rand(logits.shape, generator=g, device=logits.device).clamp_(1e-9, 1 - 1e-9)
-    return (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
-
-def electra_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, temperature=0.8, rtd_weight=50.0,
-                      split=MASK_SPLIT, **_):
-    "ELECTRA: generator MLM + rtd_weight x replaced-token detection by the discriminator."
-    gen, disc = model.generator, model.discriminator
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
-    logits = masked_lm_logits(gen, inputs, sel)
-    mlm, acc = masked_ce(logits, ids[sel])
-    with torch.no_grad(): sampled = sample_replacements(logits.detach(), g, temperature)
-    corrupted, replaced = corrupt(ids, sel, sampled)
-    replaced = replaced.float()
-    d_logits = rtd_logits(disc, corrupted)
-    rtd = F.binary_cross_entropy_with_logits(d_logits.float(), replaced)
-    return dict(loss=mlm + rtd_weight * rtd, mlm_loss=mlm.detach(), rtd_loss=rtd.detach(), mlm_acc=acc,
-                rtd_acc=((d_logits > 0).float() == replaced).float().mean().detach(),
-                replaced_frac=replaced.mean().detach(), n_masked=int(sel.sum()))
-
-def corrupt(ids: torch.Tensor, selected: torch.Tensor, sampled: torch.Tensor):
-    "Put `sampled` tokens at the `selected` positions: returns `(corrupted, replaced)`; a sampled token equal to the original is not a replacement."
-    corrupted = ids.clone(); corrupted[selected] = sampled
-    return corrupted, corrupted != ids
-
-def rtd_logits(disc, input_ids):
-    "Per-token replaced-token logits (B x T) of an ELECTRA-style discriminator."
-    out = disc(input_ids=input_ids).logits
-    return out.squeeze(-1) if out.dim() == 3 else out
-
-def script_objective(model, ids, g, vocab_size, mask_prob=0.15, word_starts=None, script_alpha=50.0, split=MASK_SPLIT, **_):
-    "SCRIPT: MLM + script_alpha x self-critic discrimination with p(original) = Z / (Z + 1) from the same logits."
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
-    logits = masked_lm_logits(model, inputs, sel)
-    mlm, acc = masked_ce(logits, ids[sel])
-    with torch.no_grad(): sampled = sample_replacements(logits.detach(), g)
-    corrupted, replaced = corrupt(ids, sel, sampled)
-    original = (~replaced).float()
-    log_z = script_log_z(model, corrupted)
-    disc = F.binary_cross_entropy_with_logits(log_z, original)   # sigmoid(log Z) = Z / (Z + 1)
-    return dict(loss=mlm + script_alpha * disc, mlm_loss=mlm.detach(), disc_loss=disc.detach(), mlm_acc=acc,
-                disc_acc=(((log_z > 0).float()) == original).float().mean().detach(),
-                replaced_frac=(1 - original).mean().detach(), n_masked=int(sel.sum()))
-
-class _LinearLogSumExp(torch.autograd.Function):
-    "logsumexp(x @ W.T + b) row by row, in chunks of rows: the (rows x V) logits are never all in memory, forward or backward."
-    @staticmethod
-    @torch.amp.custom_fwd(device_type='cuda')
-    def forward(ctx, x, weight, bias, chunk: int):
-        out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-        for s in range(0, x.shape[0], chunk):                                   # (chunk, V) logits at a time
-            out[s:s + chunk] = torch.logsumexp(F.linear(x[s:s + chunk], weight, bias).float(), -1)
-        ctx.save_for_backward(x, weight, bias, out); ctx.chunk = chunk
-        return out
-
-    @staticmethod
-    @torch.amp.custom_bwd(device_type='cuda')
-    def backward(ctx, grad):
-        x, weight, bias, lse = ctx.saved_tensors; c = ctx.chunk
-        gx = torch.empty_like(x); gw = torch.zeros_like(weight, dtype=torch.float32); gb = torch.zeros_like(bias, dtype=torch.float32)
-        w, b = weight.to(x.dtype), bias.to(x.dtype)      # the forward's precision (bf16 under autocast), which a CPU backward does not restore
-        for s in range(0, x.shape[0], c):                                      # d lse / d logits = softmax: recomputed per chunk
-            p = F.linear(x[s:s + c], w, b).float().sub_(lse[s:s + c, None]).exp_().mul_(grad[s:s + c, None])
-            gx[s:s + c] = (p.to(weight.dtype) @ weight).to(x.dtype)
-            gw.addmm_(p.t(), x[s:s + c].float()); gb += p.sum(0)
-        return gx, gw.to(weight.dtype), gb.to(bias.dtype), None
-
-def linear_logsumexp(x: torch.Tensor, linear: torch.nn.Linear, chunk_bytes: int = 8 << 20) -> torch.Tensor:
-    "`logsumexp(linear(x), -1)` for `x` of shape (N, E) without materialising the (N, V) logits: float32, shape (N,)."
-    chunk = max(1, chunk_bytes // (4 * linear.out_features))
-    bias = linear.bias if linear.bias is not None else torch.zeros(linear.out_features, device=x.device, dtype=linear.weight.dtype)
-    return _LinearLogSumExp.apply(x, linear.weight, bias, chunk)
-
-def script_log_z(model, input_ids) -> torch.Tensor:
-    "log Z_t = logsumexp of the MLM logits at every position (B x T); p(original) = sigmoid(log Z). The logits are never all in memory."
-    from nl_embryo.models import split_mlm_head
-    hidden = model.base_model(input_ids=input_ids).last_hidden_state              # (B, T, H)
-    features, decoder = split_mlm_head(model)
-    x = features(hidden).flatten(0, 1)                                            # (B*T, E)
-    return linear_logsumexp(x, decoder).view(input_ids.shape)
-
-OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective}
+__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'PLATEAU_MARGIN', 'Lamb', 'make_optimizer',
+           'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
+           'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
+           'training_attention', 'pretrain']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
     "LAMB: Adam moments with a per-tensor trust ratio ||w|| / ||update|| (You et al. 2019); decoupled weight decay."
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+    def __init__(self, params,                 # the parameters to optimise: an iterable of tensors or of parameter-group dicts
+                 lr=1e-3,                      # learning rate (each tensor's step is scaled by its trust ratio)
+                 betas=(0.9, 0.999),           # decay rates of Adam's first and second moments
+                 eps=1e-6,                     # added to the root of the second moment, against division by zero
+                 weight_decay=0.0,             # decoupled weight decay, added to the update before the trust ratio (0: off)
+                ):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
@@ -225,7 +64,13 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(update, alpha=-group['lr'] * trust.item())
         return loss
 
-def make_optimizer(model, name: str, lr: float, weight_decay: float, betas=(0.9, 0.999)):
+# %% ../nbs/04_pretrain.ipynb #7b9b8bd7
+def make_optimizer(model,                # the model whose trainable parameters are optimised
+                   name: str,            # the optimizer: adamw | lamb
+                   lr: float,            # peak learning rate (the schedule scales it per step)
+                   weight_decay: float,  # decoupled weight decay of the weight matrices (biases and LayerNorm weights get none)
+                   betas=(0.9, 0.999),   # decay rates of Adam's first and second moments
+                  ):                     # a torch.optim.AdamW or a `Lamb`
     "AdamW (torch's fused kernel where it has one) or LAMB; no weight decay on biases and LayerNorm weights."
     decay, no_decay = [], []
     for n, p in model.named_parameters():
@@ -239,9 +84,14 @@ def make_optimizer(model, name: str, lr: float, weight_decay: float, betas=(0.9,
     if name == 'lamb': return Lamb(groups, lr=lr, betas=betas)
     raise NlEmbryoError(f"unknown optimizer {name!r}", "use adamw or lamb")
 
+# %% ../nbs/04_pretrain.ipynb #2251a996
 SCHEDULES = ('linear', 'triangle', 'cosine', 'constant')
 
-def lr_at(step: int, total: int, warmup: int, schedule: str = 'linear') -> float:
+def lr_at(step: int,               # the optimizer step, 0-based
+          total: int,              # the run's optimizer steps
+          warmup: int,             # warm-up steps (0: none, the schedule starts at its peak)
+          schedule: str = 'linear', # linear | triangle | cosine | constant (see SCHEDULES)
+         ) -> float:               # the multiplier of the peak learning rate, in [0, 1]
     """Multiplier of the peak learning rate at optimizer step `step` (0-based) of `total`: linear warm-up over `warmup`
     steps, then `linear` decay to 0 at `total`, `cosine` decay to 0, or `constant`. `triangle` is cramming's budget
     one-cycle: the same shape as `linear` with the peak in the middle (pass `warmup=total // 2`)."""
@@ -253,7 +103,9 @@ def lr_at(step: int, total: int, warmup: int, schedule: str = 'linear') -> float
     return max(0.0, (total - step) / max(1, total - warmup))      # linear and triangle
 
 # %% ../nbs/04_pretrain.ipynb #4f0bcd54
-def checkpoint_steps(spec: str, total: int) -> list[int]:
+def checkpoint_steps(spec: str,     # 'log[:TOP[:EVERY]]' (powers of 2 up to TOP=512, then every EVERY=1000), 'linear:N' or '0,10,100'
+                     total: int,    # the run's optimizer steps; steps beyond it are dropped
+                    ) -> list[int]: # the checkpoint steps, sorted, always with 0 and `total`
     "The sorted checkpoint steps of a run of `total` steps under `spec` (always with 0 and `total`)."
     spec = str(spec).strip()
     try:
@@ -266,9 +118,7 @@ def checkpoint_steps(spec: str, total: int) -> list[int]:
         raise NlEmbryoError(f"bad checkpoint spec {spec!r}", "use 'log', 'log:512:1000', 'linear:100' or a list like '0,10,100'")
     return sorted({s for s in steps if 0 <= s <= total} | {0, total})
 
-# %% ../nbs/04_pretrain.ipynb #ad6a3571
-ARCHS = ('bert', 'roberta', 'albert', 'electra', 'ale', 'script')
-DEFAULT_OBJECTIVE = {'bert': 'mlm', 'roberta': 'mlm', 'albert': 'mlm', 'electra': 'electra', 'ale': 'electra', 'script': 'script'}
+# %% ../nbs/04_pretrain.ipynb #01a8e1f3
 OUTPUT_BIASES = ('zero', 'unigram')
 PRECISIONS = ('auto', 'fp32', 'bf16')   # auto: bf16 autocast where the hardware has bf16 (CUDA, CPUs with AVX512-BF16 or AMX), fp32 elsewhere
 
@@ -280,12 +130,13 @@ class Recipe:
     lr: float = 1e-3              # peak learning rate
     schedule: str = 'linear'      # linear | triangle | cosine | constant
     warmup: float = 0.06          # warm-up: a fraction of the steps (< 1) or a number of steps
-    mask_prob: float = 0.15       # fraction of the tokens selected for prediction
+    mask_prob: float = MASK_PROB  # fraction of the tokens selected for prediction
     mask_split: str = '80/10/10'  # of the selected: % [MASK] / % random token / % unchanged
     output_bias: str = 'zero'     # zero | unigram: the MLM output bias starts at the corpus' log unigram frequencies
     beta2: float = 0.999          # Adam's second-moment decay
     position_init: str = 'random' # random | sinusoidal: how the learned position embeddings start (nl_embryo.models.init_positions)
 
+# %% ../nbs/04_pretrain.ipynb #58b1a39d
 RECIPES: dict[str, Recipe] = {
     'bert': Recipe(),             # BERT's own recipe (Devlin et al. 2019), the papers' setting
     'mini': Recipe(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
@@ -298,6 +149,7 @@ RECIPES: dict[str, Recipe] = {
 }
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe))
 
+# %% ../nbs/04_pretrain.ipynb #6c11149d
 @dataclass
 class PretrainConfig:
     "Everything that defines a pre-training run. Options left at None come from the recipe (`recipe`, default: the preset's)."
@@ -335,7 +187,7 @@ class PretrainConfig:
     checkpoints: str = 'log'          # checkpoint timeline spec (see checkpoint_steps)
     eval_every: int = 0               # also score the eval blocks every N steps (0: only at checkpoints)
     eval_batches: int = 4             # eval batches scored at every evaluation
-    eval_mask_prob: float = 0.15      # masking rate of the eval batches (fixed, so recipes with other rates compare)
+    eval_mask_prob: float = MASK_PROB # masking rate of the eval batches (fixed, so recipes with other rates compare)
     eval_seed: int = 0                # seeds the eval masks (fixed, so runs with other seeds are scored on the same positions)
     seed: int = 0                     # seeds the model, the data order, the masks and dropout
     precision: str = 'auto'           # auto (bf16 autocast where the hardware has it: CUDA, CPUs with AVX512-BF16/AMX) | fp32 | bf16
@@ -343,229 +195,83 @@ class PretrainConfig:
     half_checkpoints: bool = False    # store checkpoint weights in bfloat16 (half the disk; resume is then not exact)
     device: str | None = None         # cpu | cuda | None (auto)
 
-    def resolved(self) -> 'PretrainConfig':
-        "Check the options and fill in defaults: the objective from the arch, the options left at None from the recipe."
-        from nl_embryo.models import PRESETS, NORMS, PRE_LN_ARCHS, POSITION_INITS
-        if self.arch not in ARCHS: raise NlEmbryoError(f"unknown architecture {self.arch!r}", f"choose one of: {', '.join(ARCHS)}")
-        if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
-        obj = self.objective or DEFAULT_OBJECTIVE[self.arch]
-        if obj not in OBJECTIVES: raise NlEmbryoError(f"unknown objective {obj!r}", f"choose one of: {', '.join(OBJECTIVES)}")
-        pair = self.arch in ('electra', 'ale')
-        if (obj == 'electra') != pair:
-            raise NlEmbryoError(f"objective {obj!r} does not fit architecture {self.arch!r}",
-                                "use --objective electra with --arch electra or ale, and mlm or script with the others")
-        if self.preset not in PRESETS: raise NlEmbryoError(f"unknown preset {self.preset!r}", f"choose one of: {', '.join(PRESETS)}")
-        name = self.recipe or (self.preset if self.preset in RECIPES else 'bert')
-        if name not in RECIPES: raise NlEmbryoError(f"unknown recipe {name!r}", f"choose one of: {', '.join(RECIPES)}")
-        recipe = RECIPES[name]
-        filled = {k: getattr(recipe, k) if getattr(self, k) is None else getattr(self, k) for k in RECIPE_FIELDS}
-        if self.norm is None and self.arch not in PRE_LN_ARCHS: filled['norm'] = 'post'    # no pre-LN class for this arch
-        if self.warmup is None and filled['schedule'] == 'triangle' and recipe.schedule != 'triangle': filled['warmup'] = 0.5
-        if filled['norm'] not in NORMS: raise NlEmbryoError(f"unknown norm {filled['norm']!r}", f"choose one of: {', '.join(NORMS)}")
-        if filled['schedule'] not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {filled['schedule']!r}", f"choose one of: {', '.join(SCHEDULES)}")
-        if filled['position_init'] not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {filled['position_init']!r}", f"choose one of: {', '.join(POSITION_INITS)}")
-        if filled['output_bias'] not in OUTPUT_BIASES: raise NlEmbryoError(f"unknown output bias {filled['output_bias']!r}", f"choose one of: {', '.join(OUTPUT_BIASES)}")
-        if not 0 < filled['mask_prob'] < 1: raise NlEmbryoError(f"mask_prob={filled['mask_prob']} must lie in (0, 1)", "use e.g. 0.15 (BERT) or 0.3")
-        if not 0 < self.eval_mask_prob < 1: raise NlEmbryoError(f"eval_mask_prob={self.eval_mask_prob} must lie in (0, 1)", "use 0.15")
-        parse_mask_split(filled['mask_split'])
-        if not 0 <= filled['dropout'] < 1: raise NlEmbryoError(f"dropout={filled['dropout']} must lie in [0, 1)", "use 0 (off) or 0.1")
-        if not 0 < filled['beta2'] < 1: raise NlEmbryoError(f"beta2={filled['beta2']} must lie in (0, 1)", "use 0.999 (BERT) or 0.98")
-        if self.steps < 1: raise NlEmbryoError(f"steps must be at least 1, got {self.steps}", "pass --steps N with N >= 1")
-        _positive = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-        if not _positive(filled['lr']): raise NlEmbryoError(f"--lr {filled['lr']} is not a learning rate: it must be a positive finite number", "use e.g. --lr 1e-3 (the tiny recipe) or 1e-4")
-        if not (isinstance(self.batch_size, int) and self.batch_size >= 1): raise NlEmbryoError(f"--batch-size {self.batch_size} must be at least 1", "use e.g. --batch-size 32")
-        if not (isinstance(self.grad_accum, int) and self.grad_accum >= 1): raise NlEmbryoError(f"--grad-accum {self.grad_accum} must be at least 1", "use 1 (no accumulation) or more")
-        if not (self.max_grad_norm == 0 or _positive(self.max_grad_norm)): raise NlEmbryoError(f"--max-grad-norm {self.max_grad_norm} must be 0 (off) or a positive finite number", "use 1.0")
-        if not (self.weight_decay == 0 or _positive(self.weight_decay)): raise NlEmbryoError(f"--weight-decay {self.weight_decay} must be 0 or a positive finite number", "use 0.01")
-        if not (filled['warmup'] == 0 or _positive(filled['warmup'])): raise NlEmbryoError(f"--warmup {filled['warmup']} must be 0 or more: a fraction of the steps (< 1) or a number of steps", "use e.g. 0.06 or 100")
-        if Path(self.out).exists() and not Path(self.out).is_dir():
-            raise NlEmbryoError(f"--out {self.out} is a file, not a folder", "give the path of a new folder for the run (or of a run folder, with --resume)")
-        if self.batch_size % self.grad_accum: raise NlEmbryoError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}", "choose values that divide")
-        if not 0 <= self.batch_ramp < 1: raise NlEmbryoError(f"batch_ramp={self.batch_ramp} must lie in [0, 1)", "use a fraction of the steps, e.g. 0.2, or 0 for no ramp")
-        if self.eval_every < 0: raise NlEmbryoError(f"eval_every={self.eval_every} must be 0 or more", "use 0 to evaluate at the checkpoints only")
-        if self.precision not in PRECISIONS: raise NlEmbryoError(f"unknown precision {self.precision!r}", f"use {', '.join(PRECISIONS)}")
-        checkpoint_steps(self.checkpoints, self.steps)
-        return dataclasses.replace(self, objective=obj, recipe=name, **filled)
+# %% ../nbs/04_pretrain.ipynb #c9f9b79e
+@patch
+def resolved(self: PretrainConfig) -> 'PretrainConfig':
+    "Check the options and fill in defaults: the objective from the arch, the options left at None from the recipe."
+    if self.arch not in ARCHS: raise NlEmbryoError(f"unknown architecture {self.arch!r}", f"choose one of: {', '.join(ARCHS)}")
+    if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
+    obj = self.objective or ARCHITECTURES[self.arch].objective
+    if obj not in OBJECTIVES: raise NlEmbryoError(f"unknown objective {obj!r}", f"choose one of: {', '.join(OBJECTIVES)}")
+    pair = self.arch in ('electra', 'ale')
+    if (obj == 'electra') != pair:
+        raise NlEmbryoError(f"objective {obj!r} does not fit architecture {self.arch!r}",
+                            "use --objective electra with --arch electra or ale, and mlm or script with the others")
+    if self.preset not in PRESETS: raise NlEmbryoError(f"unknown preset {self.preset!r}", f"choose one of: {', '.join(PRESETS)}")
+    name = self.recipe or (self.preset if self.preset in RECIPES else 'bert')
+    if name not in RECIPES: raise NlEmbryoError(f"unknown recipe {name!r}", f"choose one of: {', '.join(RECIPES)}")
+    recipe = RECIPES[name]
+    filled = {k: getattr(recipe, k) if getattr(self, k) is None else getattr(self, k) for k in RECIPE_FIELDS}
+    if self.norm is None and self.arch not in PRE_LN_ARCHS: filled['norm'] = 'post'    # no pre-LN class for this arch
+    if self.warmup is None and filled['schedule'] == 'triangle' and recipe.schedule != 'triangle': filled['warmup'] = 0.5
+    if filled['norm'] not in NORMS: raise NlEmbryoError(f"unknown norm {filled['norm']!r}", f"choose one of: {', '.join(NORMS)}")
+    if filled['schedule'] not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {filled['schedule']!r}", f"choose one of: {', '.join(SCHEDULES)}")
+    if filled['position_init'] not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {filled['position_init']!r}", f"choose one of: {', '.join(POSITION_INITS)}")
+    if filled['output_bias'] not in OUTPUT_BIASES: raise NlEmbryoError(f"unknown output bias {filled['output_bias']!r}", f"choose one of: {', '.join(OUTPUT_BIASES)}")
+    if not 0 < filled['mask_prob'] < 1: raise NlEmbryoError(f"mask_prob={filled['mask_prob']} must lie in (0, 1)", "use e.g. 0.15 (BERT) or 0.3")
+    if not 0 < self.eval_mask_prob < 1: raise NlEmbryoError(f"eval_mask_prob={self.eval_mask_prob} must lie in (0, 1)", "use 0.15")
+    parse_mask_split(filled['mask_split'])
+    if not 0 <= filled['dropout'] < 1: raise NlEmbryoError(f"dropout={filled['dropout']} must lie in [0, 1)", "use 0 (off) or 0.1")
+    if not 0 < filled['beta2'] < 1: raise NlEmbryoError(f"beta2={filled['beta2']} must lie in (0, 1)", "use 0.999 (BERT) or 0.98")
+    if self.steps < 1: raise NlEmbryoError(f"steps must be at least 1, got {self.steps}", "pass --steps N with N >= 1")
+    _positive = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    if not _positive(filled['lr']): raise NlEmbryoError(f"--lr {filled['lr']} is not a learning rate: it must be a positive finite number", "use e.g. --lr 1e-3 (the tiny recipe) or 1e-4")
+    if not (isinstance(self.batch_size, int) and self.batch_size >= 1): raise NlEmbryoError(f"--batch-size {self.batch_size} must be at least 1", "use e.g. --batch-size 32")
+    if not (isinstance(self.grad_accum, int) and self.grad_accum >= 1): raise NlEmbryoError(f"--grad-accum {self.grad_accum} must be at least 1", "use 1 (no accumulation) or more")
+    if not (self.max_grad_norm == 0 or _positive(self.max_grad_norm)): raise NlEmbryoError(f"--max-grad-norm {self.max_grad_norm} must be 0 (off) or a positive finite number", "use 1.0")
+    if not (self.weight_decay == 0 or _positive(self.weight_decay)): raise NlEmbryoError(f"--weight-decay {self.weight_decay} must be 0 or a positive finite number", "use 0.01")
+    if not (filled['warmup'] == 0 or _positive(filled['warmup'])): raise NlEmbryoError(f"--warmup {filled['warmup']} must be 0 or more: a fraction of the steps (< 1) or a number of steps", "use e.g. 0.06 or 100")
+    if Path(self.out).exists() and not Path(self.out).is_dir():
+        raise NlEmbryoError(f"--out {self.out} is a file, not a folder", "give the path of a new folder for the run (or of a run folder, with --resume)")
+    if self.batch_size % self.grad_accum: raise NlEmbryoError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}", "choose values that divide")
+    if not 0 <= self.batch_ramp < 1: raise NlEmbryoError(f"batch_ramp={self.batch_ramp} must lie in [0, 1)", "use a fraction of the steps, e.g. 0.2, or 0 for no ramp")
+    if self.eval_every < 0: raise NlEmbryoError(f"eval_every={self.eval_every} must be 0 or more", "use 0 to evaluate at the checkpoints only")
+    if self.precision not in PRECISIONS: raise NlEmbryoError(f"unknown precision {self.precision!r}", f"use {', '.join(PRECISIONS)}")
+    checkpoint_steps(self.checkpoints, self.steps)
+    return dataclasses.replace(self, objective=obj, recipe=name, **filled)
 
-def warmup_steps(cfg: PretrainConfig) -> int:
+# %% ../nbs/04_pretrain.ipynb #03f51508
+def warmup_steps(cfg: PretrainConfig,  # a resolved config (`PretrainConfig.resolved`): `warmup` is filled in
+                ) -> int:              # warm-up steps: `warmup` x `steps` for a fraction (< 1), else `warmup` itself
     "The warm-up of a resolved config in steps (`triangle`: the peak at half the steps unless a warm-up was given in steps)."
     return int(round(cfg.warmup * cfg.steps)) if cfg.warmup < 1 else int(cfg.warmup)
 
-def batch_size_at(step: int, cfg: PretrainConfig, unit: int = 1) -> int:
+# %% ../nbs/04_pretrain.ipynb #aa584811
+def batch_size_at(step: int,            # the optimizer step, 0-based
+                  cfg: PretrainConfig,  # a resolved config: `batch_size`, `batch_ramp` and `steps` are read
+                  unit: int = 1,        # ramped batches are rounded down to a multiple of this (processes x accumulation steps)
+                 ) -> int:              # sequences in that step's batch, all processes together
     "The global batch size of optimizer step `step`: `batch_size`, or during a batch ramp a linear climb from a quarter of it (a multiple of `unit`)."
     ramp = int(cfg.batch_ramp * cfg.steps)
     if step >= ramp: return cfg.batch_size
     b = cfg.batch_size * (0.25 + 0.75 * step / ramp)
     return max(unit, int(b // unit) * unit)
 
-def data_position(step: int, cfg: PretrainConfig, unit: int = 1) -> int:
+# %% ../nbs/04_pretrain.ipynb #20384a67
+def data_position(step: int,            # the optimizer step, 0-based
+                  cfg: PretrainConfig,  # a resolved config: `batch_size`, `batch_ramp` and `steps` are read
+                  unit: int = 1,        # the rounding unit of ramped batches, as in `batch_size_at`
+                 ) -> int:              # training blocks consumed by the steps before `step`
     "Training blocks consumed before optimizer step `step` (the sum of the batch sizes of the steps before it)."
     ramp = min(step, int(cfg.batch_ramp * cfg.steps))
     return sum(batch_size_at(s, cfg, unit) for s in range(ramp)) + (step - ramp) * cfg.batch_size
 
-# %% ../nbs/04_pretrain.ipynb #2eacb801
-def optimizer_to_safetensors(opt) -> tuple[dict, dict]:
-    "Split an optimizer's state dict into tensors (for safetensors) and JSON-able metadata."
-    sd = opt.state_dict(); tensors, scalars = {}, {}
-    for idx, st in sd['state'].items():
-        for k, v in st.items():
-            if torch.is_tensor(v): tensors[f"{idx}.{k}"] = v.detach().contiguous().cpu()
-            else: scalars[f"{idx}.{k}"] = v
-    return tensors, dict(param_groups=sd['param_groups'], scalars=scalars)
-
-def optimizer_from_safetensors(opt, tensors: dict, meta: dict):
-    "Load what `optimizer_to_safetensors` wrote back into `opt`."
-    state = {}
-    for key, v in tensors.items():
-        idx, k = key.split('.', 1); state.setdefault(int(idx), {})[k] = v
-    for key, v in meta.get('scalars', {}).items():
-        idx, k = key.split('.', 1); state.setdefault(int(idx), {})[k] = v
-    opt.load_state_dict(dict(state=state, param_groups=meta['param_groups']))
-
-CHECKPOINT_RE = re.compile(r'^step(\d+)$')
-CHECKPOINT_MANIFEST = 'manifest.json'   # the size and sha256 of every file of a checkpoint, written last
-
-def _required_files(path: Path) -> list[str]:
-    weights = ['model.safetensors'] if not (path/'discriminator').exists() else ['generator/model.safetensors', 'discriminator/model.safetensors']
-    return ['trainer_state.json', 'optimizer.safetensors', *weights]
-
-def safetensors_problem(path) -> str | None:
-    "What is wrong with a safetensors file, from its header alone (None: the header parses and its tensors fill the file exactly)."
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, 'rb') as f:
-            head = f.read(8)
-            if len(head) < 8: return f"{path.name} is cut short ({size} bytes)"
-            n = int.from_bytes(head, 'little')
-            if n > size - 8: return f"{path.name} is cut short: its header alone needs {n + 8} bytes, the file has {size}"
-            header = json.loads(f.read(n))
-        need = 8 + n + max((v['data_offsets'][1] for k, v in header.items() if k != '__metadata__'), default=0)
-    except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError): return f"{path.name} has a garbled header"
-    if need != size: return f"{path.name} is {'cut short' if need > size else 'longer than its tensors'}: its tensors need {need} bytes, the file has {size}"
-    return None
-
-def _json_problem(path: Path) -> str | None:
-    try: json.loads(path.read_text(encoding='utf-8')); return None
-    except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
-    except ValueError: return f"{path.name} is not valid JSON (cut short or garbled)"
-
-_VERIFIED: dict = {}   # folder -> (the stat of its files, the cheap check's verdict): a folder is parsed again only when a file changed
-
-def checkpoint_problem(path, full: bool = False) -> str | None:
-    """What makes the checkpoint folder `path` unusable, or None when it verifies. The cheap check (default): the
-    required files are there, every file the manifest lists has the size it lists, every safetensors header parses and
-    its tensors fill the file, every JSON file parses. A checkpoint written before manifests is checked by parsing
-    alone. `full=True` also compares every file's sha256 with the manifest."""
-    path = Path(path)
-    if not path.is_dir(): return f"{path} is not a folder"
-    files = sorted(p for p in path.rglob('*') if p.is_file())
-    sig = tuple((p.relative_to(path).as_posix(), *(lambda st: (st.st_size, st.st_mtime_ns))(p.stat())) for p in files)
-    cached = _VERIFIED.get(str(path))
-    if cached is not None and cached[0] == sig and not full: return cached[1]
-    problem, listed = None, None
-    if missing := [r for r in _required_files(path) if not (path/r).is_file()]:
-        problem = f"files are missing: {', '.join(missing)}"
-    elif (path/CHECKPOINT_MANIFEST).exists():
-        try:
-            listed = json.loads((path/CHECKPOINT_MANIFEST).read_text(encoding='utf-8'))['files']
-            sizes = {rel: int(v['size']) for rel, v in listed.items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError): problem = f"{CHECKPOINT_MANIFEST} is garbled"
-        else:
-            for rel, size in sizes.items():
-                p = path/rel
-                if not p.is_file(): problem = f"{rel} is missing"; break
-                if p.stat().st_size != size: problem = f"{rel} has {p.stat().st_size} bytes, its manifest says {size}"; break
-    if problem is None:
-        for p in files:
-            check = safetensors_problem if p.suffix == '.safetensors' else _json_problem if p.suffix == '.json' else None
-            if check and (problem := check(p)): problem = problem.replace(p.name, p.relative_to(path).as_posix(), 1); break
-    if problem is None and full and listed is not None:
-        for rel, v in listed.items():
-            if sha256_file(path/rel) != v.get('sha256'): problem = f"{rel} changed after it was written (its sha256 differs from the manifest's)"; break
-    if not full or problem is not None: _VERIFIED[str(path)] = (sig, problem)
-    return problem
-
-def checkpoint_is_complete(path: Path) -> bool:
-    "Whether a checkpoint folder verifies (`checkpoint_problem`, the cheap check): complete, and not cut short or garbled."
-    return checkpoint_problem(path) is None
-
-def list_checkpoints(run_dir, complete_only: bool = True, warn: bool = True, skipped: dict | None = None) -> dict[int, Path]:
-    """The checkpoints of a run as {step: folder}, sorted; half-written or damaged ones are skipped with a warning
-    (and put in `skipped` as {step: what is wrong}, when given)."""
-    ck = Path(run_dir)/'checkpoints'; out = {}
-    if not ck.is_dir(): return out
-    for p in ck.iterdir():
-        m = CHECKPOINT_RE.match(p.name)
-        if m is None:
-            if warn and p.name.startswith('.step'): warnings.warn(f"skipping half-written checkpoint {p} (a save was interrupted)")
-            continue
-        if complete_only and (problem := checkpoint_problem(p)):
-            if warn: warnings.warn(f"skipping half-written or damaged checkpoint {p}: {problem}")
-            if skipped is not None: skipped[int(m.group(1))] = problem
-            continue
-        out[int(m.group(1))] = p
-    return dict(sorted(out.items()))
-
-def damaged_checkpoints(run_dir) -> dict[int, str]:
-    "The checkpoint folders of a run that do not verify, as {step: what is wrong}."
-    skipped = {}; list_checkpoints(run_dir, warn=False, skipped=skipped)
-    return dict(sorted(skipped.items()))
-
-def remove_interrupted_saves(run_dir) -> list[Path]:
-    "Remove the temporary folders (`.stepN.tmp-*`, `.stepN.old-*`) that killed checkpoint saves left in a run; the removed paths."
-    ck = Path(run_dir)/'checkpoints'
-    junk = [p for pat in ('.step*.tmp-*', '.step*.old-*') for p in ck.glob(pat)] if ck.is_dir() else []
-    for p in junk: shutil.rmtree(p, ignore_errors=True)
-    return junk
-
-def verify_checkpoint(path) -> None:
-    "Check every file of a checkpoint against its manifest (sizes and sha256); raise `NlEmbryoError` naming what is wrong."
-    if problem := checkpoint_problem(path, full=True):
-        raise NlEmbryoError(f"checkpoint {path} is damaged: {problem}", DAMAGED_FIX)
-
-DAMAGED_FIX = ("load another step of the run; to write it again, remove the folder and continue the run with `nl-embryo pretrain "
-               "--out RUN --resume` (it trains again from the newest good checkpoint before it)")
-
-def _write_manifest(folder: Path) -> None:
-    files = {p.relative_to(folder).as_posix(): dict(size=p.stat().st_size, sha256=sha256_file(p))
-             for p in sorted(folder.rglob('*')) if p.is_file() and p.name != CHECKPOINT_MANIFEST}
-    atomic_write_json(folder/CHECKPOINT_MANIFEST, dict(files=files))
-
-def disk_full_error(where: str, e: BaseException | None = None) -> NlEmbryoError:
-    "The one message of a full disk during training, whichever layer raised it."
-    return NlEmbryoError(f"the disk is full: {where} (earlier checkpoints are intact)",
-                         "free some space (or use --half-checkpoints), then continue with --resume")
-
-def load_trained_model(path, device='cpu', attn_implementation: str | None = None):
-    "Load a checkpoint's model (an `ElectraPair` for ELECTRA/ALE checkpoints): `nl_embryo.models.load_model`, the one loader, moved to `device`."
-    kw = dict(attn_implementation=attn_implementation) if attn_implementation else {}
-    return load_model(path, **kw).to(device)
-
-def save_checkpoint(run_dir, step: int, model, tokenizer, optimizer, state: dict, half: bool = False) -> Path:
-    """Write checkpoint `step{step}` atomically, its manifest (sizes and sha256) last; a full disk stops with one clear
-    message, removes the partial folder and leaves the earlier checkpoints intact."""
-    from safetensors.torch import save_file
-    dest = Path(run_dir)/'checkpoints'/f'step{step}'
-    try:
-        with atomic_dir(dest, overwrite=True) as tmp, quiet_transformers():
-            if half:
-                sd_dtype = model.dtype if hasattr(model, 'dtype') else torch.float32
-                model.to(torch.bfloat16); model.save_pretrained(tmp); model.to(sd_dtype)
-            else: model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            tensors, meta = optimizer_to_safetensors(optimizer)
-            save_file(tensors, str(tmp/'optimizer.safetensors'))
-            (tmp/'trainer_state.json').write_text(json.dumps(dict(state, step=step, optimizer=meta, half=half), indent=1))
-            _write_manifest(tmp)
-    except Exception as e:
-        if is_disk_full(e): raise disk_full_error(f"checkpoint step{step} could not be written under {dest.parent}") from e
-        raise
-    return dest
-
 # %% ../nbs/04_pretrain.ipynb #81351dba
-def unigram_log_probs(blocks, vocab_size: int, smoothing: float = 0.5, chunk: int = 1 << 22) -> np.ndarray:
+def unigram_log_probs(blocks,                  # token ids, any shape (e.g. the training blocks)
+                      vocab_size: int,         # the vocabulary size: the length of the result
+                      smoothing: float = 0.5,  # added to every count, so unseen ids get a finite value
+                      chunk: int = 1 << 22,    # ids counted at a time (bounds the memory of the count)
+                     ) -> np.ndarray:          # `vocab_size` log probabilities (natural log), float32
     "Log unigram probabilities of the non-special ids in `blocks` (add-`smoothing` counts), float32; special ids get the smallest value."
     flat = np.asarray(blocks).reshape(-1)
     counts = np.zeros(vocab_size, np.int64)
@@ -575,21 +281,34 @@ def unigram_log_probs(blocks, vocab_size: int, smoothing: float = 0.5, chunk: in
     logp[:N_SPECIAL] = logp[N_SPECIAL:].min()
     return logp.astype(np.float32)
 
-def set_output_bias(model, log_probs) -> None:
+# %% ../nbs/04_pretrain.ipynb #643da8dd
+def set_output_bias(model,      # an MLM model, or an ELECTRA pair (its generator's output layer is set)
+                    log_probs,  # one log probability per vocabulary id (`unigram_log_probs`)
+                   ) -> None:
     "Set the MLM output layer's bias (the generator's, for an ELECTRA pair) to `log_probs`: the model starts at the unigram distribution."
-    from nl_embryo.models import is_pair, split_mlm_head
     _, out = split_mlm_head(model.generator if is_pair(model) else model)
     if out.bias is None or out.bias.shape[0] != len(log_probs):
         raise NlEmbryoError(f"the output layer of {type(model).__name__} has no bias of {len(log_probs)} entries", "build the model with vocab_size=len(tokenizer)")
     with torch.no_grad(): out.bias.copy_(torch.as_tensor(log_probs, dtype=out.bias.dtype))
 
-def eval_batches(eval_blocks, n_batches: int, micro: int):
+# %% ../nbs/04_pretrain.ipynb #73df92fa
+def eval_batches(eval_blocks,     # the corpus' eval blocks (n x block_size token ids)
+                 n_batches: int,  # eval batches wanted (fewer when the eval blocks run out)
+                 micro: int,      # blocks per batch: the run's per-process micro-batch
+                ):                # a list of int64 arrays of up to `micro` blocks
     "The eval batches of a run: the first `n_batches` x `micro` eval blocks, `micro` at a time (int64 arrays)."
     n = min(len(eval_blocks), n_batches * micro)
     return [np.asarray(eval_blocks[s:s + micro], dtype=np.int64) for s in range(0, n, micro)]
 
-def unigram_entropy(eval_blocks, log_probs, n_batches: int, micro: int, seed: int, mask_prob: float = 0.15,
-                    word_starts=None) -> float:
+# %% ../nbs/04_pretrain.ipynb #669de739
+def unigram_entropy(eval_blocks,             # the corpus' eval blocks
+                    log_probs,               # the unigram predictor: one log probability per vocabulary id
+                    n_batches: int,          # eval batches, as in `eval_batches`
+                    micro: int,              # blocks per eval batch, as in `eval_batches`
+                    seed: int,               # the eval seed: the masks are the eval's own (`step_generator(seed, -1 - i)`)
+                    mask_prob: float = MASK_PROB, # fraction of the tokens masked, as in the eval
+                    word_starts=None,        # the whole-word table (`word_start_table`) to mask whole words; None: single tokens
+                   ) -> float:               # the mean per-batch loss in nats (nan when nothing is masked)
     """The MLM loss of the unigram predictor `log_probs` on a run's eval batches: the masked positions drawn exactly as
     the eval draws them, averaged per batch as the eval loss is."""
     lp = torch.as_tensor(log_probs)
@@ -610,7 +329,12 @@ class _ObjectiveModule(torch.nn.Module):
     def forward(self, ids, g, **override): return self.objective(self.model, ids, g, **(dict(self.kw, **override) if override else self.kw))
 
 _PERMS: dict = {}
-def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int, position: int | None = None) -> np.ndarray:
+def batch_rows(step: int,                   # the optimizer step, 0-based
+               batch_size: int,             # blocks in the step's batch (all processes and accumulation steps together)
+               n_blocks: int,               # training blocks in the corpus: an epoch
+               seed: int,                   # seeds each epoch's permutation (with the epoch number)
+               position: int | None = None, # blocks consumed before the step (`data_position`); None: `step * batch_size`
+              ) -> np.ndarray:              # `batch_size` training-block indices
     """The training-block indices of optimizer step `step`: consecutive slices of seeded per-epoch permutations, from
     data position `step * batch_size` (or `position`, the blocks consumed before the step, when batches vary in size)."""
     out, pos = [], step * batch_size if position is None else position
@@ -624,7 +348,7 @@ def batch_rows(step: int, batch_size: int, n_blocks: int, seed: int, position: i
         out.extend(_PERMS[key][off:off + take].tolist()); pos += take
     return np.asarray(out)
 
-# %% ../nbs/04_pretrain.ipynb #22b8c362
+# %% ../nbs/04_pretrain.ipynb #aa8547a3
 _RESUME_KEYS = ('arch', 'preset', 'corpus', 'objective', 'recipe', 'batch_size', 'batch_ramp', 'grad_accum', 'block_size',
                 'vocab_size', 'corpus_tokens', 'norm', 'dropout', 'mask_prob', 'mask_split',
                 'output_bias', 'beta2', 'position_init', 'optimizer', 'weight_decay', 'whole_word', 'temperature',
@@ -635,6 +359,7 @@ def _segment(config: dict, step: int) -> dict:
     "A segment of a run's history: the options --resume may change, and the step from which they apply."
     return dict(from_step=step, **{k: config.get(k) for k in _RESUME_CHANGEABLE})
 
+# %% ../nbs/04_pretrain.ipynb #9c87ec23
 def _history(old_info: dict, cfg, start: int) -> list[dict]:
     "The segments of the run up to `start`, plus one from `start` when the changeable options differ from the last one."
     segs = [s for s in old_info.get('history') or [_segment(old_info.get('config', {}), 0)] if s['from_step'] < start]
@@ -642,6 +367,7 @@ def _history(old_info: dict, cfg, start: int) -> list[dict]:
     if not segs or any(segs[-1].get(k) != new[k] for k in _RESUME_CHANGEABLE): segs.append(new)
     return segs
 
+# %% ../nbs/04_pretrain.ipynb #8f363245
 def _read_metrics(path: Path) -> list[dict]:
     if not path.exists(): return []
     rows = []
@@ -650,6 +376,7 @@ def _read_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError: pass          # a line cut by a crash
     return rows
 
+# %% ../nbs/04_pretrain.ipynb #aec5b621
 def _evaluate(module, batches, seed, device, **override):
     """Mean objective statistics on the eval batches, with fixed masks (no dropout, no gradient), in float32 whatever
     the training precision (Accelerate's autocast wrapper is left out), so runs in any precision are scored alike;
@@ -671,9 +398,9 @@ def _evaluate(module, batches, seed, device, **override):
             out[f"eval_{k}_lo"], out[f"eval_{k}_hi"] = out[f"eval_{k}"] - h, out[f"eval_{k}"] + h
     return out
 
+# %% ../nbs/04_pretrain.ipynb #d411672f
 def _plateau_advice(cfg) -> str:
     "The recipe knobs that move a run off the unigram plateau and that this run did not use, with the values it used."
-    from nl_embryo.models import PRE_LN_ARCHS
     knobs = [('norm', 'pre', '--norm pre'), ('output_bias', 'unigram', '--output-bias unigram'), ('mask_prob', 0.3, '--mask-prob 0.3'),
              ('dropout', 0.0, '--dropout 0'), ('schedule', 'triangle', '--schedule triangle'), ('position_init', 'sinusoidal', '--position-init sinusoidal')]
     tips = [f"{flag} (was {getattr(cfg, k)})" for k, good, flag in knobs
@@ -682,34 +409,36 @@ def _plateau_advice(cfg) -> str:
     if cfg.recipe == 'bert': tips.append(f"or the tuned recipe of the preset: --recipe {cfg.preset if cfg.preset in RECIPES else 'tiny'}")
     return ', '.join(tips)
 
-def training_attention(device, bf16: bool) -> str:
+# %% ../nbs/04_pretrain.ipynb #f5188a41
+def training_attention(device,     # the training device (a torch.device or its name)
+                       bf16: bool,  # whether training runs under bf16 autocast
+                      ) -> str:     # the attention implementation: eager | sdpa
     """The attention kernel the loop trains with: `eager` (the plain matrix products) on a CPU under bf16 autocast,
     `sdpa` elsewhere. On the project's CPU, PyTorch's fused CPU attention in bf16 is slower than the plain products:
     the `tiny` body's forward and backward at batch 32 x 64 take 143 ms eager against 183 ms fused, `small`'s at
     32 x 128 971 against 1,231 ms; in float32 the two are level (537 against 543 ms). On CUDA the fused kernels win."""
     return 'eager' if torch.device(device).type == 'cpu' and bf16 else 'sdpa'
 
-def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: bool = False, **overrides) -> Path:
-    "Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path."
+# %% ../nbs/04_pretrain.ipynb #fc3af4de
+def _accelerator(cfg):
+    """The Accelerator of a run (bf16 autocast where `cfg.precision` asks for it or, under auto, where the device has
+    it; TF32 matmuls on CUDA), its device, and whether the run trains in bf16."""
     from accelerate import Accelerator
-    from nl_embryo.corpora import load_corpus
-    from nl_embryo.models import build_model, check_tokenizer_matches, training_flops, count_parameters, set_attention
-    cfg = dataclasses.replace(cfg or PretrainConfig(), **overrides).resolved()
-    run = Path(cfg.out)
+    from accelerate.state import AcceleratorState
     device = get_device(cfg.device)
     bf16 = cfg.precision == 'bf16' or (cfg.precision == 'auto' and native_bf16(device))
-    from accelerate.state import AcceleratorState
     AcceleratorState._reset_state()      # one process may train runs in several precisions (the distributed state is kept)
     acc = Accelerator(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no')
     device = acc.device
     if device.type == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
-    W, rank, A = acc.num_processes, acc.process_index, cfg.grad_accum
-    if cfg.batch_size % (A * W):
-        raise NlEmbryoError(f"batch_size {cfg.batch_size} does not split into {A} accumulation steps x {W} processes", "choose a batch size divisible by both")
-    unit, micro = A * W, cfg.batch_size // (A * W)
+    return acc, device, bf16
 
-    # the run folder: new, or resumed from its newest complete checkpoint
+# %% ../nbs/04_pretrain.ipynb #5c0b35c3
+def _open_run(cfg, run: Path, resume: bool, acc):
+    """The run folder's complete checkpoints (step -> folder), the damaged ones `list_checkpoints` skipped, and the run's
+    `config.json` as it was (empty for a new run); a new run over an old one and a --resume that changes the data, the
+    model or the batch are refused."""
     skipped = {}
     existing = list_checkpoints(run, warn=acc.is_main_process and not resume, skipped=skipped)
     if existing and not resume:
@@ -728,7 +457,12 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
                                 f"they were for the continuation to be exact",
                                 f"resume with the run's own values, or start a new run with another --out (--resume may change only "
                                 f"{', '.join('--' + k.replace('_', '-') for k in _RESUME_CHANGEABLE)})")
+    return existing, skipped, old_info
 
+# %% ../nbs/04_pretrain.ipynb #dc96faf4
+def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
+    """The corpus of a run and what the loop needs of it (`corpus`, `tok`, `train`, `ws` the whole-word table, `log_unigram`,
+    `eval_batches`, `h_unigram` the unigram entropy of the eval, `eval_split` the eval masks' split), as a namespace."""
     corpus = load_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, cfg.corpus_tokens, quiet=quiet or not acc.is_main_process)
     tok = corpus.tokenizer()
     train, evalb = corpus.train, corpus.eval
@@ -739,7 +473,14 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
     h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.eval_seed, cfg.eval_mask_prob, ws)
     # a resumed run keeps the eval masks it started with, so that its curve stays one measurement
     eval_split = eval_split_of(old_info)
+    return SimpleNamespace(corpus=corpus, tok=tok, train=train, ws=ws, log_unigram=log_unigram, eval_batches=ev_batches,
+                           h_unigram=h_unigram, eval_split=eval_split)
 
+# %% ../nbs/04_pretrain.ipynb #decd4c0b
+def _init_model(cfg, run: Path, resume: bool, existing: dict, skipped: dict, data, acc, quiet: bool):
+    """The model a run starts from, the step it starts at and its trainer state (tokens seen, FLOPs, seconds; on resume
+    also the optimizer's saved state, which `_prepare_training` takes out); on resume, damaged checkpoints are reported
+    and interrupted saves removed."""
     seed_everything(cfg.seed)
     start, state = 0, dict(tokens_seen=0, flops=0.0, elapsed=0.0)
     if resume and existing:
@@ -750,19 +491,26 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         if state.get('half'): warnings.warn(f"resuming from a bfloat16 checkpoint ({ck}): the continuation is not bit-exact")
         if acc.is_main_process and not quiet: print(f"resuming {run} from step{start}")
     else:
-        model = build_model(cfg.arch, cfg.preset, vocab_size=len(tok), max_position=cfg.block_size, norm=cfg.norm, dropout=cfg.dropout,
+        model = build_model(cfg.arch, cfg.preset, vocab_size=len(data.tok), max_position=cfg.block_size, norm=cfg.norm, dropout=cfg.dropout,
                             position_init=cfg.position_init,
                             **({'generator_fraction': cfg.generator_fraction} if cfg.generator_fraction else {}))
-        if cfg.output_bias == 'unigram': set_output_bias(model, log_unigram)
-    if resume and acc.is_main_process:
+        if cfg.output_bias == 'unigram': set_output_bias(model, data.log_unigram)
+    if resume and acc.is_main_process:      # stacklevel 3: the warnings name the caller of `pretrain`
         if bad := {s: p for s, p in skipped.items() if s > start}:
             warnings.warn(f"--resume skipped the damaged checkpoint(s) {', '.join(f'step{s} ({p})' for s, p in bad.items())} and "
-                          f"continues from step{start}, the newest good one; they are written again as training passes them", stacklevel=2)
+                          f"continues from step{start}, the newest good one; they are written again as training passes them", stacklevel=3)
         if bad := {s: p for s, p in skipped.items() if s < start}:
             warnings.warn(f"{run} keeps damaged checkpoint(s) {', '.join(f'step{s} ({p})' for s, p in bad.items())} that "
-                          f"--resume does not write again (it continues from step{start})", stacklevel=2)
+                          f"--resume does not write again (it continues from step{start})", stacklevel=3)
         remove_interrupted_saves(run)
-    check_tokenizer_matches(model, tok)
+    return model, start, state
+
+# %% ../nbs/04_pretrain.ipynb #1c1e578d
+def _prepare_training(cfg, model, existing: dict, start: int, state: dict, data, acc, bf16: bool):
+    """The objective module and the optimizer, prepared by Accelerate (the optimizer restored from checkpoint `start` on
+    resume), the unwrapped objective module, and the attention kernel the model trains with."""
+    device = acc.device
+    check_tokenizer_matches(model, data.tok)
     set_attention(model, attention := training_attention(device, bf16))
     model.to(device).train()
     optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
@@ -771,46 +519,120 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         optimizer_from_safetensors(optimizer, load_file(str(existing[start]/'optimizer.safetensors'), device=str(device)), state.pop('optimizer'))
         state.pop('half', None)
 
-    module = _ObjectiveModule(model, OBJECTIVES[cfg.objective], vocab_size=len(tok), mask_prob=cfg.mask_prob, word_starts=ws,
+    module = _ObjectiveModule(model, OBJECTIVES[cfg.objective], vocab_size=len(data.tok), mask_prob=cfg.mask_prob, word_starts=data.ws,
                               split=parse_mask_split(cfg.mask_split), temperature=cfg.temperature, rtd_weight=cfg.rtd_weight,
                               script_alpha=cfg.script_alpha)
     if cfg.compile: module = torch.compile(module)
     module, optimizer = acc.prepare(module, optimizer)
     raw = acc.unwrap_model(module)
     raw = getattr(raw, '_orig_mod', raw)
-    evaluate = lambda: _evaluate(raw, ev_batches, cfg.eval_seed, device, mask_prob=cfg.eval_mask_prob, split=eval_split)
+    return module, optimizer, raw, attention
+
+# %% ../nbs/04_pretrain.ipynb #a08e588a
+def _write_run_info(cfg, run: Path, data, model, old_info: dict, start: int, ck_steps: list, flops_per_block: float, acc,
+                    bf16: bool, attention: str) -> None:
+    "The main process's start of a run: `config.json` (the options, the setup, the --resume history) and the metrics up to `start`."
+    run.mkdir(parents=True, exist_ok=True)
+    info = dict(config=asdict(cfg), corpus=data.corpus.header, model=dict(cls=type(model).__name__, n_params=count_parameters(model)),
+                unigram_entropy=data.h_unigram, eval_mask_split=format_mask_split(data.eval_split),
+                flops_per_step=flops_per_block * cfg.batch_size, tokens_per_step=cfg.batch_size * cfg.block_size,
+                checkpoint_steps=ck_steps, processes=acc.num_processes, device=str(acc.device), precision='bf16' if bf16 else 'fp32',
+                attention=attention, torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__,
+                history=_history(old_info, cfg, start) if old_info else [_segment(asdict(cfg), 0)])
+    atomic_write_json(run/'config.json', info)
+    metrics_path = run/'metrics.jsonl'
+    kept = [r for r in _read_metrics(metrics_path) if r.get('step', 0) <= start]
+    atomic_write_text(metrics_path, ''.join(json.dumps(r) + '\n' for r in kept))
+
+# %% ../nbs/04_pretrain.ipynb #32f52c87
+def _save(acc, run: Path, cfg, unit: int, raw, tok, optimizer, state: dict, step: int) -> None:
+    "Checkpoint `step`: the model, the tokenizer, the optimizer and the trainer `state` with the data position."
+    if acc.is_main_process:
+        save_checkpoint(run, step, raw.model, tok, optimizer.optimizer if hasattr(optimizer, 'optimizer') else optimizer,
+                        dict(state, config=asdict(cfg), data_position=data_position(step, cfg, unit)), half=cfg.half_checkpoints)
+    acc.wait_for_everyone()
+
+# %% ../nbs/04_pretrain.ipynb #7d2a3f2c
+def _log(acc, metrics_path: Path, h_unigram: float, row: dict) -> None:
+    "Append the metrics `row` (adding `eval_below_unigram` where it has an eval loss) as one JSON line; a full disk is named."
+    if 'eval_mlm_loss' in row: row['eval_below_unigram'] = h_unigram - row['eval_mlm_loss']
+    if acc.is_main_process:
+        try:
+            with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
+        except OSError as e:
+            if is_disk_full(e): raise disk_full_error(f"the metrics of step {row['step']} could not be appended to {metrics_path}") from e
+            raise
+
+# %% ../nbs/04_pretrain.ipynb #f127d3cc
+def _forward_backward(module, acc, train, rows, mb: int, step: int, cfg, device):
+    """The gradient of optimizer step `step` on this process's slots of the batch `rows` (`mb` blocks per micro-batch),
+    clipped to `cfg.max_grad_norm`: the gradient norm and the mean objective statistics, read from the device in one sync."""
+    W, rank, A = acc.num_processes, acc.process_index, cfg.grad_accum
+    stats = {}
+    for a in range(A):
+        slot = rank * A + a
+        ids = torch.from_numpy(np.asarray(train[np.sort(rows[slot * mb:(slot + 1) * mb])], dtype=np.int64)).to(device)
+        g = step_generator(cfg.seed, step * 1024 + slot, device)        # masks of this slot
+        torch.manual_seed((cfg.seed * 7_919 + step) * 1024 + slot)          # dropout of this slot
+        ctx = acc.no_sync(module) if (a < A - 1 and W > 1) else _nullcontext()
+        with ctx:
+            out = module(ids, g)
+            loss = out['loss']
+            acc.backward(loss / A)
+        for k, v in out.items():                                        # summed as tensors: no host sync per statistic
+            if k != 'n_masked' and torch.is_tensor(v): stats[k] = stats.get(k, 0.0) + v.detach().float() / A
+    if cfg.max_grad_norm: gnorm = acc.clip_grad_norm_(module.parameters(), cfg.max_grad_norm)
+    else: gnorm = torch.norm(torch.stack([p.grad.norm() for p in module.parameters() if p.grad is not None]))
+    values = torch.stack([torch.as_tensor(gnorm, dtype=torch.float32, device=device), *stats.values()]).tolist()   # one sync
+    return values[0], dict(zip(stats, values[1:]))
+
+# %% ../nbs/04_pretrain.ipynb #f65cbcc5
+def _check_finite(loss: float, gnorm: float, step: int, last_good: int, run: Path) -> None:
+    "Raise if the `loss` or the gradient norm `gnorm` of optimizer step `step` is not finite."
+    if not math.isfinite(loss):
+        raise NlEmbryoError(f"the loss became {loss} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
+                            "lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good checkpoint)")
+    if not math.isfinite(gnorm):
+        raise NlEmbryoError(f"the gradient norm became {gnorm} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
+                            "lower --lr or turn gradient clipping on, then continue with --resume")
+
+# %% ../nbs/04_pretrain.ipynb #3f65113f
+def _finish_run(cfg, run: Path, acc, metrics_path: Path, h_unigram: float) -> None:
+    "Remove interrupted saves; warn (naming the caller of `pretrain`) when the final eval loss is not `PLATEAU_MARGIN` below `h_unigram`."
+    if acc.is_main_process: remove_interrupted_saves(run)
+    final = next((r for r in reversed(_read_metrics(metrics_path)) if 'eval_mlm_loss' in r), None)
+    if acc.is_main_process and final is not None and final['step'] == cfg.steps and final['eval_below_unigram'] < PLATEAU_MARGIN:
+        warnings.warn(f"{run} ended on the unigram plateau: its held-out MLM loss {final['eval_mlm_loss']:.3f} is not "
+                      f"{PLATEAU_MARGIN} nat below the corpus' unigram entropy {h_unigram:.3f}, so the model predicts token "
+                      f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=3)
+
+# %% ../nbs/04_pretrain.ipynb #4ec42bd6
+def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `PretrainConfig()`)
+             resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly)
+             quiet: bool = False,                # no progress bar and no messages
+             **overrides,                        # options that replace those of `cfg`, e.g. steps=100
+            ) -> Path:                           # the run folder
+    "Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path."
+    cfg = dataclasses.replace(cfg or PretrainConfig(), **overrides).resolved()
+    run = Path(cfg.out)
+    acc, device, bf16 = _accelerator(cfg)
+    W, A = acc.num_processes, cfg.grad_accum
+    if cfg.batch_size % (A * W):
+        raise NlEmbryoError(f"batch_size {cfg.batch_size} does not split into {A} accumulation steps x {W} processes", "choose a batch size divisible by both")
+    unit, micro = A * W, cfg.batch_size // (A * W)
+    existing, skipped, old_info = _open_run(cfg, run, resume, acc)      # the run folder: new, or resumed from its newest checkpoint
+    data = _load_data(cfg, micro, old_info, quiet, acc)
+    model, start, state = _init_model(cfg, run, resume, existing, skipped, data, acc, quiet)
+    module, optimizer, raw, attention = _prepare_training(cfg, model, existing, start, state, data, acc, bf16)
+    evaluate = lambda: _evaluate(raw, data.eval_batches, cfg.eval_seed, device, mask_prob=cfg.eval_mask_prob, split=data.eval_split)
 
     flops_per_block = training_flops(model, cfg.block_size, cfg.block_size, objective=cfg.objective, masked_fraction=cfg.mask_prob)
     ck_steps = checkpoint_steps(cfg.checkpoints, cfg.steps)
     warmup = warmup_steps(cfg)
     metrics_path = run/'metrics.jsonl'
-
-    def save(step):
-        if acc.is_main_process:
-            save_checkpoint(run, step, raw.model, tok, optimizer.optimizer if hasattr(optimizer, 'optimizer') else optimizer,
-                            dict(state, config=asdict(cfg), data_position=data_position(step, cfg, unit)), half=cfg.half_checkpoints)
-        acc.wait_for_everyone()
-
-    def log(row):
-        if 'eval_mlm_loss' in row: row['eval_below_unigram'] = h_unigram - row['eval_mlm_loss']
-        if acc.is_main_process:
-            try:
-                with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
-            except OSError as e:
-                if is_disk_full(e): raise disk_full_error(f"the metrics of step {row['step']} could not be appended to {metrics_path}") from e
-                raise
-
-    if acc.is_main_process:
-        run.mkdir(parents=True, exist_ok=True)
-        info = dict(config=asdict(cfg), corpus=corpus.header, model=dict(cls=type(model).__name__, n_params=count_parameters(model)),
-                    unigram_entropy=h_unigram, eval_mask_split=format_mask_split(eval_split),
-                    flops_per_step=flops_per_block * cfg.batch_size, tokens_per_step=cfg.batch_size * cfg.block_size,
-                    checkpoint_steps=ck_steps, processes=W, device=str(device), precision='bf16' if bf16 else 'fp32', attention=attention,
-                    torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__,
-                    history=_history(old_info, cfg, start) if old_info else [_segment(asdict(cfg), 0)])
-        atomic_write_json(run/'config.json', info)
-        kept = [r for r in _read_metrics(metrics_path) if r.get('step', 0) <= start]
-        atomic_write_text(metrics_path, ''.join(json.dumps(r) + '\n' for r in kept))
+    save = partial(_save, acc, run, cfg, unit, raw, data.tok, optimizer, state)
+    log = partial(_log, acc, metrics_path, data.h_unigram)
+    if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, start, ck_steps, flops_per_block, acc, bf16, attention)
     if start == 0:
         if acc.is_main_process: log(dict(step=0, tokens_seen=0, flops=0.0, **evaluate()))
         save(0)
@@ -822,31 +644,10 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         t0 = time.perf_counter()
         lr = cfg.lr * lr_at(step, cfg.steps, warmup, cfg.schedule)
         for group in optimizer.param_groups: group['lr'] = lr
-        B = batch_size_at(step, cfg, unit); mb = B // unit
-        rows = batch_rows(step, B, len(train), cfg.seed, position=data_position(step, cfg, unit))
-        stats = {}
-        for a in range(A):
-            slot = rank * A + a
-            ids = torch.from_numpy(np.asarray(train[np.sort(rows[slot * mb:(slot + 1) * mb])], dtype=np.int64)).to(device)
-            g = step_generator(cfg.seed, step * 1024 + slot, device)        # masks of this slot
-            torch.manual_seed((cfg.seed * 7_919 + step) * 1024 + slot)          # dropout of this slot
-            ctx = acc.no_sync(module) if (a < A - 1 and W > 1) else _nullcontext()
-            with ctx:
-                out = module(ids, g)
-                loss = out['loss']
-                acc.backward(loss / A)
-            for k, v in out.items():                                        # summed as tensors: no host sync per statistic
-                if k != 'n_masked' and torch.is_tensor(v): stats[k] = stats.get(k, 0.0) + v.detach().float() / A
-        if cfg.max_grad_norm: gnorm = acc.clip_grad_norm_(module.parameters(), cfg.max_grad_norm)
-        else: gnorm = torch.norm(torch.stack([p.grad.norm() for p in module.parameters() if p.grad is not None]))
-        values = torch.stack([torch.as_tensor(gnorm, dtype=torch.float32, device=device), *stats.values()]).tolist()   # one sync
-        gnorm, stats = values[0], dict(zip(stats, values[1:]))
-        if not math.isfinite(stats['loss']):
-            raise NlEmbryoError(f"the loss became {stats['loss']} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
-                                "lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good checkpoint)")
-        if not math.isfinite(gnorm):
-            raise NlEmbryoError(f"the gradient norm became {gnorm} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
-                                "lower --lr or turn gradient clipping on, then continue with --resume")
+        B = batch_size_at(step, cfg, unit)
+        rows = batch_rows(step, B, len(data.train), cfg.seed, position=data_position(step, cfg, unit))
+        gnorm, stats = _forward_backward(module, acc, data.train, rows, B // unit, step, cfg, device)
+        _check_finite(stats['loss'], gnorm, step, last_good, run)
         optimizer.step(); optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
         state['tokens_seen'] += B * cfg.block_size; state['flops'] += flops_per_block * B; state['elapsed'] += dt
@@ -858,13 +659,9 @@ def pretrain(cfg: PretrainConfig | None = None, resume: bool = False, quiet: boo
         if step + 1 in ck_steps:
             save(step + 1); last_good = step + 1
     bar.close()
-    if acc.is_main_process: remove_interrupted_saves(run)
-    final = next((r for r in reversed(_read_metrics(metrics_path)) if 'eval_mlm_loss' in r), None)
-    if acc.is_main_process and final is not None and final['step'] == cfg.steps and final['eval_below_unigram'] < PLATEAU_MARGIN:
-        warnings.warn(f"{run} ended on the unigram plateau: its held-out MLM loss {final['eval_mlm_loss']:.3f} is not "
-                      f"{PLATEAU_MARGIN} nat below the corpus' unigram entropy {h_unigram:.3f}, so the model predicts token "
-                      f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=2)
+    _finish_run(cfg, run, acc, metrics_path, data.h_unigram)
     return run
 
+# %% ../nbs/04_pretrain.ipynb #02af1850
 import contextlib as _contextlib
 _nullcontext = _contextlib.nullcontext

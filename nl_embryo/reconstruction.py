@@ -11,18 +11,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .analysis import Analysis, analyze, cluster_bootstrap, interval_columns, register
+from .registry import Analysis, analyze, part_for, register
+from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, step_axis
 from .core import NlEmbryoError, autocast_dtype, torch_threads
 from .timeline import Run
 from .words import align_words, max_input_length, token_batches, words_frame
+from .data import brown_base_tag, brown_verb_form, load_brown_tagged
+from .splits import eval_sentence_ids
+from .models import mlm_head, SizePreset, build_model, max_positions
 
 # %% auto #0
-__all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION',
-           'reconstruction_checkpoint', 'RECONSTRUCTION', 'pos_class', 'bin_label', 'reconstruction_data',
-           'word_correctness', 'accuracy_by_group', 'reconstruction_analysis', 'train_copy_model', 'rescale_by_final',
-           'reconstruction_check', 'reconstruction_part', 'reconstruction_inputs', 'reconstruction_chart',
-           'reconstruction_charts', 'reconstruction_section', 'analyze_reconstruction']
+__all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION', 'RECONSTRUCTION',
+           'pos_class', 'bin_label', 'reconstruction_data', 'word_correctness', 'accuracy_by_group',
+           'reconstruction_checkpoint', 'train_copy_model', 'rescale_by_final', 'reconstruction_inputs',
+           'reconstruction_chart', 'reconstruction_charts', 'prediction_phases', 'reconstruction_section']
 
 # %% ../nbs/07_reconstruction.ipynb #3f08d6bb
 POS_CLASSES = {
@@ -32,14 +35,17 @@ VERB_FORMS = {'VB': 'base form', 'VBD': 'past tense', 'VBG': 'gerund / present p
               'VBZ': '3rd person singular present'}
 FREQUENCY_BINS = ((50, 99), (300, 349), (1550, 1599))
 
-def pos_class(tag: str) -> str:
+def pos_class(tag: str, # a Brown tag, e.g. 'nns' or 'vbd-hl'
+             ) -> str:    # its POS class (a key of `POS_CLASSES`), or ''
     "The paper's POS class of a Brown tag (see the table), or '' for none."
-    from nl_embryo.data import brown_base_tag, brown_verb_form
     if brown_verb_form(tag): return 'verb'
     base = brown_base_tag(tag)
     return next((c for c, tags in POS_CLASSES.items() if tags and base in tags.split()), '')
 
-def bin_label(lo: int, hi: int) -> str: return f"{lo}–{hi}"
+def bin_label(lo: int, # the bin's lowest frequency rank
+              hi: int, # its highest frequency rank (inclusive)
+             ) -> str: # the bin's name, e.g. '50–99'
+    return f"{lo}–{hi}"
 
 # %% ../nbs/07_reconstruction.ipynb #6adda05f
 MIN_GROUP_WORDS = 200   # words a group needs to be reported (paper 002 has thousands per group; fewer make noise, not a curve)
@@ -48,8 +54,6 @@ MIN_GROUP_WORDS = 200   # words a group needs to be reported (paper 002 has thou
 def _brown_frequency():
     """The evaluation sentences of Brown (`nl_embryo.splits`: documents no pre-training corpus holds), each token's
     lower-cased frequency rank in the whole Brown corpus (1 = most frequent), and sentence bounds."""
-    from nl_embryo.data import load_brown_tagged
-    from nl_embryo.splits import eval_sentence_ids
     b = load_brown_tagged()
     low = b['word'].str.lower()
     counts = low.value_counts()                                   # ties: order of value_counts (stable by count)
@@ -59,8 +63,14 @@ def _brown_frequency():
     starts = np.flatnonzero(b['token_id'].to_numpy() == 1)
     return b, rank, starts, np.append(starts[1:], len(b))
 
-def reconstruction_data(per_group: int = MIN_GROUP_WORDS, bins=FREQUENCY_BINS, seed: int = 0, max_sentence_words: int = 40,
-                        n_words: int | None = None, per_bin: int | None = None) -> dict:
+# %% ../nbs/07_reconstruction.ipynb #dccd5082
+def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted per group (POS class, verb form, frequency bin); at least 1
+                        bins=FREQUENCY_BINS,              # the frequency bins: (lowest, highest) ranks, inclusive
+                        seed: int = 0,                    # seed of the order in which sentences are read
+                        max_sentence_words: int = 40,     # read only sentences of 3 to this many words
+                        n_words: int | None = None,       # (earlier releases) the words in all: read as per_group = n_words // 8
+                        per_bin: int | None = None,       # (earlier releases) the targets per bin: read as per_group
+                       ) -> dict:                         # `texts`, `words`, `quota` and `per_group`
     """Evaluation words from Brown's evaluation documents: `{'texts': [...], 'words': DataFrame, 'quota': {...}}`, one
     row per word of the chosen sentences: `sent`, `wid`, `word`, `start`, `end`, `tag`, `pos_class`, `verb_form`,
     `freq_rank`, `freq_bin` ('' outside the bins), `target` (evaluated). Sentences of 3..`max_sentence_words` words are
@@ -99,24 +109,25 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, bins=FREQUENCY_BINS, s
     return dict(texts=texts, words=words, quota={f'{g}:{v}': n for (g, v), n in groups.items()}, per_group=per_group)
 
 # %% ../nbs/07_reconstruction.ipynb #22f2c0cb
-RECONSTRUCTION_VERSION = 2   # bump to invalidate cached results when the code behind reconstruction_analysis changes
+RECONSTRUCTION_VERSION = 2   # bump to invalidate cached results when the code behind reconstruction_checkpoint changes
 
 def _masked_lm_head(model):
     "The model's MLM head, or a clear error for an encoder without one."
-    from nl_embryo.models import mlm_head
     try: return mlm_head(model)
     except NlEmbryoError:
         name = getattr(getattr(model, 'config', None), '_name_or_path', '') or type(model).__name__
         raise NlEmbryoError(f"{type(model).__name__} ({name}) has no masked-LM head: token reconstruction and mask prediction "
                             "read the head's predictions", "use a checkpoint of a model pre-trained with an MLM objective "
                             "(a *ForMaskedLM, e.g. a run of nl-embryo pretrain); an encoder such as all-MiniLM-L6-v2 can be "
-                            "probed with nl_embryo.probes.analyze_probes instead") from None
+                            "probed with analyze(run, 'probes') instead") from None
 
+# %% ../nbs/07_reconstruction.ipynb #1fb93985
 def _all_pieces_correct(word_of_piece: np.ndarray, piece_ok: np.ndarray, n_words: int) -> np.ndarray:
     "Per word: True when every one of its pieces is correct (exact match of the whole word)."
     wrong = np.bincount(word_of_piece, weights=~piece_ok, minlength=n_words)
     return wrong == 0
 
+# %% ../nbs/07_reconstruction.ipynb #132f5824
 def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], pad: int, batch_tokens: int, device) -> list[np.ndarray]:
     "Top prediction of the MLM head at `positions[i]` of each sequence `seqs[i]`."
     base = getattr(model, 'base_model', model)
@@ -136,7 +147,13 @@ def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], p
             for i in batch: out[i] = pred[k:k + len(positions[i])]; k += len(positions[i])
     return out
 
-def word_correctness(model, tokenizer, data: dict, mask_fraction: float | None = None, batch_tokens: int = 8192) -> pd.DataFrame:
+# %% ../nbs/07_reconstruction.ipynb #48ee35c8
+def word_correctness(model,                              # a masked LM: its MLM head's predictions are read
+                     tokenizer,                          # its fast tokenizer, with a [MASK] token
+                     data: dict,                         # the evaluation words: `reconstruction_data()`
+                     mask_fraction: float | None = None, # the share of a sentence's words masked per copy; None: one word per copy
+                     batch_tokens: int = 8192,           # the most padded tokens per forward batch
+                    ) -> pd.DataFrame:                   # the words, with `aligned`, `evaluated`, `reconstructed`, `predicted`
     "The words of `data` with `aligned`, `reconstructed` and `predicted` (bool) for each evaluated word (see above)."
     head = _masked_lm_head(model)
     device = next(model.parameters()).device
@@ -184,7 +201,12 @@ def word_correctness(model, tokenizer, data: dict, mask_fraction: float | None =
     out.attrs['n_sequences'] = dict(reconstruction=len(keep), prediction=len(c_seqs))
     return out
 
-def accuracy_by_group(words: pd.DataFrame, layer: int = -1, min_words: int = 1, seed: int = 0) -> pd.DataFrame:
+# %% ../nbs/07_reconstruction.ipynb #53cff57e
+def accuracy_by_group(words: pd.DataFrame, # the output of `word_correctness`
+                      layer: int = -1,     # the layer number written into the frame
+                      min_words: int = 1,  # a group with fewer evaluated words gets no value (NaN)
+                      seed: int = 0,       # seed of the bootstrap
+                     ) -> pd.DataFrame:    # the tidy accuracies
     """Tidy accuracies of `word_correctness` output: task, layer, grouping, group, metric, value, `lo`, `hi` (a 95%
     interval, bootstrap over sentences), n. A group with fewer than `min_words` evaluated words gets no value (NaN): it
     is left out of the results."""
@@ -200,8 +222,14 @@ def accuracy_by_group(words: pd.DataFrame, layer: int = -1, min_words: int = 1, 
             rows.append(dict(task=task, layer=layer, grouping=grouping, group=g, metric='accuracy', value=est, lo=lo, hi=hi, n=len(sub)))
     return pd.DataFrame(rows)
 
-def reconstruction_analysis(model, tokenizer, data: dict, mask_fraction: float | None = None, batch_tokens: int = 8192,
-                            version: int = RECONSTRUCTION_VERSION) -> pd.DataFrame:
+# %% ../nbs/07_reconstruction.ipynb #08cdb092
+def reconstruction_checkpoint(model,                                 # a masked LM: its MLM head's predictions are read
+                              tokenizer,                             # its fast tokenizer, with a [MASK] token
+                              data: dict,                            # the evaluation words: `reconstruction_data()`
+                              mask_fraction: float | None = None,    # the share of a sentence's words masked per copy; None: one word per copy
+                              batch_tokens: int = 8192,              # the most padded tokens per forward batch
+                              version: int = RECONSTRUCTION_VERSION, # the code's version, for the cache key (not read)
+                             ) -> pd.DataFrame:                      # tidy accuracies by group, with intervals
     """Token reconstruction and mask prediction accuracy of `model` on `data` (`reconstruction_data()`), by group: a tidy
     frame with intervals. `mask_fraction=None` masks one word per copy of a sentence, as paper 002 does; a fraction
     masks that share of a sentence's words per copy (fewer copies, a harder task)."""
@@ -210,7 +238,13 @@ def reconstruction_analysis(model, tokenizer, data: dict, mask_fraction: float |
     return accuracy_by_group(words, layer=int(base.config.num_hidden_layers), min_words=data.get('per_group', 1))
 
 # %% ../nbs/07_reconstruction.ipynb #c44562b9
-def train_copy_model(tokenizer, texts: list[str], max_steps: int = 300, lr: float = 5e-3, seed: int = 0, hidden: int = 64):
+def train_copy_model(tokenizer,             # the tokenizer of the pieces to copy (its length is the vocabulary size)
+                     texts: list[str],      # the texts to train on (cut at 512 pieces)
+                     max_steps: int = 300,  # the most full-batch training steps
+                     lr: float = 5e-3,      # Adam's learning rate
+                     seed: int = 0,         # seed of the initialisation
+                     hidden: int = 64,      # the hidden size (the intermediate size is twice that)
+                    ):
     """A one-layer BERT trained to copy its input — its MLM head reproduces every input piece of `texts` — the
     reference model for reconstruction accuracy 1.0. Trains until every piece is reproduced (or `max_steps`), on one
     CPU thread (the model is too small to gain from more, and loses much to busy cores). A learning rate much above
@@ -218,7 +252,6 @@ def train_copy_model(tokenizer, texts: list[str], max_steps: int = 300, lr: floa
     with torch_threads(1): return _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden)
 
 def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
-    from nl_embryo.models import SizePreset, build_model, mlm_head
     torch.manual_seed(seed)
     size = SizePreset('copy', hidden=hidden, layers=1, heads=2, intermediate=2 * hidden, max_position=512)
     model = build_model('bert', size, vocab_size=len(tokenizer)).eval()     # trained without dropout
@@ -236,7 +269,8 @@ def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
     return model.eval()
 
 # %% ../nbs/07_reconstruction.ipynb #166d6463
-def rescale_by_final(df: pd.DataFrame) -> pd.DataFrame:
+def rescale_by_final(df: pd.DataFrame, # reconstruction results over steps, with `metric='accuracy'` rows
+                    ) -> pd.DataFrame:    # the accuracy rows, divided by their final value
     "Rows with `metric='accuracy_rescaled'`: each (task, grouping, group)'s accuracy divided by its value at the last step."
     acc = df[df['metric'] == 'accuracy']
     if acc.empty: return acc.copy()
@@ -250,32 +284,22 @@ def rescale_by_final(df: pd.DataFrame) -> pd.DataFrame:
     out['metric'] = 'accuracy_rescaled'
     return out
 
-def reconstruction_check(run) -> None:
-    "Refuse a run whose checkpoints have no masked-LM head (an ELECTRA pair is scored through its generator)."
-    run = Run.coerce(run)
-    if run.is_pair(): return
-    archs = run.model_config().get('architectures') or []
-    if not any(a.endswith('ForMaskedLM') for a in archs):
-        raise NlEmbryoError(f"{run.path} holds a {', '.join(archs) or 'model'} without a masked-LM head: token reconstruction "
-                            "and mask prediction read the head's predictions",
-                            "use a run pre-trained with an MLM objective (nl-embryo pretrain); probe an encoder such as "
-                            "all-MiniLM-L6-v2 with analyze(run, 'probes') instead")
-
-def reconstruction_part(run) -> str:
-    "Which half of a checkpoint reconstruction reads: the generator of an ELECTRA pair, else the model."
-    return 'generator' if Run.coerce(run).is_pair() else 'auto'
-
-def reconstruction_inputs(run, per_group: int = MIN_GROUP_WORDS, seed: int = 0, max_sentence_words: int = 40) -> list[dict]:
+def reconstruction_inputs(run,                              # the run (a `Run` or its path): its model's positions bound the sentence length
+                          per_group: int = MIN_GROUP_WORDS, # the targets wanted per group
+                          seed: int = 0,                    # seed of the order in which sentences are read
+                          max_sentence_words: int = 40,     # the longest sentence read, in words (lowered to fit the model's positions)
+                         ) -> list[dict]:                   # one `reconstruction_data` dict
     "The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model."
-    from nl_embryo.models import max_positions
-    positions = max_positions(Run.coerce(run).model_config(part=reconstruction_part(run)))
+    positions = max_positions(Run.coerce(run).model_config(part=part_for(('mlm_head',), run)))
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
     return [reconstruction_data(per_group=per_group, seed=seed, max_sentence_words=max_sentence_words)]
 
-reconstruction_checkpoint = reconstruction_analysis
-
 # %% ../nbs/07_reconstruction.ipynb #e482d47a
-def reconstruction_chart(df: pd.DataFrame, grouping: str = 'pos', rescaled: bool = False, title: str | None = None):
+def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over steps (`analyze(run, 'reconstruction')`)
+                         grouping: str = 'pos',     # the groups drawn: 'pos', 'verb_form', 'frequency' or 'all'
+                         rescaled: bool = False,    # divide each curve by its value at the last step (`rescale_by_final`)
+                         title: str | None = None,  # the chart's title (default: from the grouping)
+                        ):
     "Reconstruction and prediction accuracy by group over steps (the shared step axis, step 0 included), one panel per task."
     import altair as alt
     metric = 'accuracy_rescaled' if rescaled else 'accuracy'
@@ -293,7 +317,9 @@ def reconstruction_chart(df: pd.DataFrame, grouping: str = 'pos', rescaled: bool
         title=title or f"token reconstruction and mask prediction by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}"
                        " — bands: 95% intervals")
 
-def reconstruction_charts(tables: dict) -> dict:
+# %% ../nbs/07_reconstruction.ipynb #5057a3dc
+def reconstruction_charts(tables: dict, # the analysis tables: `'reconstruction'` holds the results
+                         ) -> dict:     # chart name -> chart
     "The saved charts: by part of speech (also rescaled), by verb form, by frequency."
     df = tables['reconstruction']
     out = dict(reconstruction_pos=reconstruction_chart(df, 'pos'), reconstruction_pos_rescaled=reconstruction_chart(df, 'pos', rescaled=True),
@@ -301,7 +327,25 @@ def reconstruction_charts(tables: dict) -> dict:
     if (df['grouping'] == 'frequency').any(): out['reconstruction_frequency'] = reconstruction_chart(df, 'frequency')
     return out
 
-def reconstruction_section(run, tables: dict) -> list:
+# %% ../nbs/07_reconstruction.ipynb #0afb9110
+def prediction_phases(run,  # a `Run` with a reconstruction table
+                     ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
+    "Per part of speech, the first step at which mask prediction gets a masked word right."
+    rec = run.table('reconstruction') if run.has_table('reconstruction') else None
+    if rec is None or rec.empty: return []
+    d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')].sort_values('step')
+    rows = []
+    for group, g in d.groupby('group', sort=False):
+        hit = g[g['value'] > 0]
+        rows.append(dict(phase=f'mask prediction: {group}', step=int(hit['step'].iloc[0]) if len(hit) else None,
+                         value=float(hit['value'].iloc[0]) if len(hit) else 0.0, reference=0.0, source='reconstruction',
+                         detail='first step with a masked word of this class predicted exactly' if len(hit) else 'none predicted yet'))
+    return rows
+
+# %% ../nbs/07_reconstruction.ipynb #af40a264
+def reconstruction_section(run,          # the run reported on (the section reads only `tables`)
+                           tables: dict, # the analysis tables: `'reconstruction'` holds the results
+                          ) -> list:     # text, charts and a table, in order
     "Reconstruction and prediction in a report: by part of speech (also rescaled), by verb form and frequency, and the values."
     df = tables['reconstruction']
     left = sorted({f"{g} ({n} words)" for g, n in df[df['value'].isna() & (df['grouping'] != 'all')][['group', 'n']].itertuples(index=False)})
@@ -323,10 +367,5 @@ RECONSTRUCTION = register(Analysis(
     'reconstruction', 'Token reconstruction and mask prediction', reconstruction_checkpoint, reconstruction_inputs,
     defaults=dict(per_group=MIN_GROUP_WORDS, seed=0, max_sentence_words=40, mask_fraction=None),
     data_options=('per_group', 'seed', 'max_sentence_words'), key=('task', 'grouping', 'group', 'metric'),
-    charts=reconstruction_charts, section=reconstruction_section, check=reconstruction_check, part=reconstruction_part,
+    charts=reconstruction_charts, section=reconstruction_section, phases=prediction_phases, needs=('mlm_head',),
     version=RECONSTRUCTION_VERSION, description='token reconstruction and mask prediction by part of speech, verb form and frequency (paper 002 §3)'), replace=True)
-
-def analyze_reconstruction(run, steps=None, quiet: bool = False, charts: bool = True, device=None, **options) -> pd.DataFrame:
-    "The older name of `analyze(run, 'reconstruction', ...)`, kept for one release."
-    options.pop('out_dir', None)
-    return analyze(run, 'reconstruction', steps=steps, progress=not quiet, charts=charts, device=device, **options)

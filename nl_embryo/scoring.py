@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_scoring.ipynb #589f4ae8
 from __future__ import annotations
-import json, pickletools, zipfile
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +14,16 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_dir, cache_path, sha256_file
-from .models import mlm_head, quiet_transformers
+from .models import mlm_head, quiet_transformers, max_positions
+from .torchzip import read_torch_zip
+from .corpora import CORPORA
+from .data import fetched_path
 
 # %% auto #0
-__all__ = ['STORAGE_DTYPES', 'masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'held_out_sentences', 'read_torch_zip',
-           'antiberty_dir', 'load_antiberty']
+__all__ = ['masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'held_out_sentences', 'antiberty_dir', 'load_antiberty']
 
 # %% ../nbs/13_scoring.ipynb #1d0605dd
 def _max_length(model) -> int | None:
-    from nl_embryo.models import max_positions
     return max_positions(model)
 
 def _encode(model, tokenizer, sentences) -> tuple[list, list, list, list]:
@@ -64,7 +65,13 @@ def _frame(tokenizer, ids, sent, pos, tidx, scores, words) -> pd.DataFrame:
 
 # %% ../nbs/13_scoring.ipynb #9ffcb354
 @torch.no_grad()
-def masked_pll(model, tokenizer, sentences, word_l2r: bool = False, max_copies: int = 128, progress: bool = False) -> pd.DataFrame:
+def masked_pll(model,                    # a transformers `*ForMaskedLM` model (for an ELECTRA run: its generator)
+               tokenizer,                # its fast tokenizer (word ids and a mask token are needed)
+               sentences,                # a string or a list of strings
+               word_l2r: bool = False,   # also mask the later pieces of the scored token's word (PLL-word-l2r)
+               max_copies: int = 128,    # the most masked copies per forward pass (lower it when memory is short)
+               progress: bool = False,   # show a progress bar
+              ) -> pd.DataFrame:         # one row per scored token: sentence, token_index, position, token, token_id, word, score
     """Masked pseudo-log-likelihood (Salazar et al. 2020) of each token of `sentences`: one copy per token with that
     token masked (`word_l2r=True`: also the later pieces of its word, Kauf & Ivanova 2023's PLL-word-l2r). At most
     `max_copies` masked copies go through the model per forward pass. Returns the tidy token frame."""
@@ -103,7 +110,9 @@ def masked_pll(model, tokenizer, sentences, word_l2r: bool = False, max_copies: 
     back = np.lexsort((pos, sent))
     return _frame(tokenizer, ids, sent[back].tolist(), pos[back].tolist(), tidx[back].tolist(), scores[back], words)
 
-def sentence_scores(tokens: pd.DataFrame, sentences=None) -> pd.DataFrame:
+def sentence_scores(tokens: pd.DataFrame,  # a token frame of `masked_pll` or `script_pll`
+                    sentences=None,        # the scored sentences, to add as a `text` column; None: no text
+                   ) -> pd.DataFrame:
     "Per sentence: `pll` (sum of the token scores), `n_tokens`, `mean` (pll / n_tokens); with `sentences`, their `text`."
     g = tokens.groupby('sentence', sort=True)['score']
     out = pd.DataFrame(dict(pll=g.sum(), n_tokens=g.size()))
@@ -114,7 +123,12 @@ def sentence_scores(tokens: pd.DataFrame, sentences=None) -> pd.DataFrame:
 
 # %% ../nbs/13_scoring.ipynb #05b6691a
 @torch.no_grad()
-def script_pll(model, tokenizer, sentences, batch_size: int = 32, progress: bool = False) -> pd.DataFrame:
+def script_pll(model,                   # a transformers `*ForMaskedLM` model (trained with SCRIPT, for the score to mean a PLL)
+               tokenizer,               # its fast tokenizer
+               sentences,               # a string or a list of strings
+               batch_size: int = 32,    # sentences per forward pass
+               progress: bool = False,  # show a progress bar
+              ) -> pd.DataFrame:        # the tidy token frame, as `masked_pll` returns it
     "SCRIPT's single-forward pseudo-log-likelihood (paper 004, eq. 7): `log sigmoid(logsumexp(logits_t))` for each token of `sentences`, as the tidy token frame."
     if batch_size < 1: raise NlEmbryoError(f"batch_size must be at least 1, got {batch_size}", "use e.g. 32")
     head = _head(model)
@@ -140,7 +154,9 @@ def script_pll(model, tokenizer, sentences, batch_size: int = 32, progress: bool
     back = np.lexsort((np.asarray(pos), np.asarray(sent)))
     return _frame(tokenizer, ids, np.asarray(sent)[back].tolist(), np.asarray(pos)[back].tolist(), np.asarray(tidx)[back].tolist(), scores[back], words)
 
-def compare_pll(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+def compare_pll(a: pd.DataFrame,  # a token frame (`masked_pll` or `script_pll`)
+                b: pd.DataFrame,  # another, of the same sentences and tokenizer (rows match on sentence and position)
+               ) -> pd.DataFrame: # one row per level (token, sentence): pearson, spearman, n
     "Pearson and Spearman correlation of two token frames (e.g. masked vs SCRIPT PLL) at the token and the sentence level (sums)."
     from scipy.stats import pearsonr, spearmanr
     keys = ['sentence', 'position']
@@ -154,10 +170,14 @@ def compare_pll(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 # %% ../nbs/13_scoring.ipynb #096c003a
-def held_out_sentences(corpus: str = 'english', n: int | None = 500, seed: int = 0, eval_fraction: float = 0.01,
-                       min_words: int = 1, max_words: int | None = None) -> list[str]:
+def held_out_sentences(corpus: str = 'english',       # a text corpus of `nl_embryo.corpora.CORPORA` (not an artificial one)
+                       n: int | None = 500,           # the most sentences to return; None: all of them
+                       seed: int = 0,                 # the corpus seed `build_corpus` was given (it draws the split and the order)
+                       eval_fraction: float = 0.01,   # the eval fraction `build_corpus` was given (corpora split by sentence only)
+                       min_words: int = 1,            # the fewest whitespace-separated words a sentence may have
+                       max_words: int | None = None,  # the most words a sentence may have; None: no limit
+                      ) -> list[str]:
     "The first `n` sentences of a text corpus' eval split (its evaluation documents, or as `build_corpus(corpus, seed=seed, eval_fraction=...)` made it), with `min_words`..`max_words` words."
-    from nl_embryo.corpora import CORPORA
     if corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {corpus!r}", f"choose one of: {', '.join(CORPORA)}")
     spec = CORPORA[corpus]
     if spec.artificial: raise NlEmbryoError(f"corpus {corpus!r} is artificial: it has no sentences", "use a text corpus: english, brown, sotu, turkish, code")
@@ -169,96 +189,6 @@ def held_out_sentences(corpus: str = 'english', n: int | None = 500, seed: int =
         is_eval = np.random.default_rng(seed).random(len(items)) < eval_fraction
     out = [t for t, e in zip(items, is_eval) if e and min_words <= len(t.split()) <= (max_words or 10**9)]
     return out if n is None else out[:n]
-
-# %% ../nbs/13_scoring.ipynb #0acb2545
-STORAGE_DTYPES = {'FloatStorage': torch.float32, 'DoubleStorage': torch.float64, 'HalfStorage': torch.float16,
-                  'BFloat16Storage': torch.bfloat16, 'LongStorage': torch.int64, 'IntStorage': torch.int32,
-                  'ShortStorage': torch.int16, 'CharStorage': torch.int8, 'ByteStorage': torch.uint8, 'BoolStorage': torch.bool}
-_SAFE_GLOBALS = {('collections', 'OrderedDict'), ('torch._utils', '_rebuild_tensor_v2'), ('torch._utils', '_rebuild_parameter')} | \
-                {('torch', n) for n in STORAGE_DTYPES}
-
-class _Global:
-    def __init__(self, module, name): self.module, self.name = module, name
-class _Call:
-    def __init__(self, fn, args): self.fn, self.args = fn, args
-class _PersistentId:
-    def __init__(self, pid): self.pid = pid
-_MARK = object()
-_PUSH_ARG = {'BININT', 'BININT1', 'BININT2', 'LONG1', 'LONG4', 'INT', 'LONG', 'BINFLOAT', 'FLOAT', 'BINUNICODE',
-             'SHORT_BINUNICODE', 'BINUNICODE8', 'UNICODE', 'BINSTRING', 'SHORT_BINSTRING', 'STRING', 'BINBYTES', 'SHORT_BINBYTES'}
-
-def _replay_pickle(data: bytes, where: str):
-    "Replay a pickle's opcodes on a stack without importing or calling anything; GLOBAL/REDUCE become inert records."
-    stack, memo = [], {}
-    def pop_mark():
-        i = len(stack) - 1
-        while stack[i] is not _MARK: i -= 1
-        items = stack[i + 1:]; del stack[i:]; return items
-    def bad(what): raise NlEmbryoError(f"{where}: {what} — not a plain torch state dict", "convert only checkpoints written by torch.save(model.state_dict())")
-    for op, arg, pos in pickletools.genops(data):
-        n = op.name
-        if n in ('PROTO', 'FRAME'): continue
-        if n == 'GLOBAL':
-            mod, name = arg.split(' ', 1)
-            if (mod, name) not in _SAFE_GLOBALS: bad(f"the pickle names {mod}.{name}")
-            stack.append(_Global(mod, name))
-        elif n in ('BINPUT', 'LONG_BINPUT', 'PUT'): memo[arg] = stack[-1]
-        elif n == 'MEMOIZE': memo[len(memo)] = stack[-1]
-        elif n in ('BINGET', 'LONG_BINGET', 'GET'): stack.append(memo[arg])
-        elif n == 'MARK': stack.append(_MARK)
-        elif n == 'EMPTY_TUPLE': stack.append(())
-        elif n == 'TUPLE': stack.append(tuple(pop_mark()))
-        elif n in ('TUPLE1', 'TUPLE2', 'TUPLE3'):
-            k = int(n[-1]); items = tuple(stack[-k:]); del stack[-k:]; stack.append(items)
-        elif n == 'EMPTY_DICT': stack.append({})
-        elif n == 'EMPTY_LIST': stack.append([])
-        elif n == 'SETITEM': v = stack.pop(); k = stack.pop(); stack[-1][k] = v
-        elif n == 'SETITEMS':
-            items = pop_mark()
-            for k, v in zip(items[::2], items[1::2]): stack[-1][k] = v
-        elif n == 'APPEND': v = stack.pop(); stack[-1].append(v)
-        elif n == 'APPENDS': items = pop_mark(); stack[-1].extend(items)
-        elif n == 'REDUCE':
-            args = stack.pop(); fn = stack.pop()
-            if isinstance(fn, _Global) and fn.name == 'OrderedDict' and args == (): stack.append({})
-            else: stack.append(_Call(fn, args))
-        elif n == 'BUILD': stack.pop()                    # object state (e.g. the state dict's _metadata): not needed
-        elif n == 'BINPERSID': stack.append(_PersistentId(stack.pop()))
-        elif n in _PUSH_ARG: stack.append(arg)
-        elif n == 'NEWTRUE': stack.append(True)
-        elif n == 'NEWFALSE': stack.append(False)
-        elif n == 'NONE': stack.append(None)
-        elif n == 'STOP': return stack.pop()
-        else: bad(f"unsupported pickle opcode {n} at byte {pos}")
-    bad("the pickle has no STOP opcode")
-
-def _tensor(rec, name: str, zf: zipfile.ZipFile, prefix: str, big_endian: bool, where: str) -> torch.Tensor:
-    if isinstance(rec, _Call) and isinstance(rec.fn, _Global) and rec.fn.name == '_rebuild_parameter': rec = rec.args[0]
-    ok = isinstance(rec, _Call) and isinstance(rec.fn, _Global) and rec.fn.name == '_rebuild_tensor_v2' and len(rec.args) >= 4
-    pid = rec.args[0].pid if ok and isinstance(rec.args[0], _PersistentId) else None
-    if not (ok and isinstance(pid, tuple) and len(pid) == 5 and pid[0] == 'storage' and isinstance(pid[1], _Global)):
-        raise NlEmbryoError(f"{where}: entry {name!r} is not a tensor written by torch.save", "convert a plain state dict")
-    dtype = STORAGE_DTYPES[pid[1].name]
-    offset, shape, stride = rec.args[1], tuple(rec.args[2]), tuple(rec.args[3])
-    raw = bytearray(zf.read(f"{prefix}data/{pid[2]}"))
-    flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-    if big_endian and dtype.itemsize > 1: flat = torch.from_numpy(flat.numpy().byteswap())
-    return flat.as_strided(shape, stride, offset).clone()
-
-def read_torch_zip(path) -> dict[str, torch.Tensor]:
-    "The tensors of a `torch.save` zip checkpoint (a state dict), read without unpickling: its pickle is replayed statically."
-    path = Path(path)
-    if not zipfile.is_zipfile(path):
-        raise NlEmbryoError(f"{path} is not a torch zip checkpoint (legacy pickle format?)", "re-save it with torch >= 1.6, or use a safetensors file")
-    with zipfile.ZipFile(path) as zf:
-        pkl = [n for n in zf.namelist() if n.endswith('/data.pkl') or n == 'data.pkl']
-        if len(pkl) != 1: raise NlEmbryoError(f"{path} holds {len(pkl)} data.pkl entries", "pass a checkpoint written by torch.save")
-        prefix = pkl[0][:-len('data.pkl')]
-        names = set(zf.namelist())
-        big = prefix + 'byteorder' in names and zf.read(prefix + 'byteorder').strip() == b'big'
-        root = _replay_pickle(zf.read(pkl[0]), str(path))
-        if not isinstance(root, dict): raise NlEmbryoError(f"{path}: the pickle is not a dict of tensors", "convert a plain state dict")
-        return {k: _tensor(v, k, zf, prefix, big, str(path)) for k, v in root.items()}
 
 # %% ../nbs/13_scoring.ipynb #4cd1e4bf
 def _protein_tokenizer(vocab_file: Path):
@@ -275,11 +205,11 @@ def _protein_tokenizer(vocab_file: Path):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token='[UNK]', pad_token='[PAD]', cls_token='[CLS]',
                                    sep_token='[SEP]', mask_token='[MASK]', model_max_length=510)
 
-def antiberty_dir(force: bool = False) -> Path:
+def antiberty_dir(force: bool = False,  # convert again even when the converted folder exists
+                 ) -> Path:
     "The AntiBERTy checkpoint as a safetensors `BertForMaskedLM` folder in `cache/models/antiberty/` (converted on first use, without unpickling)."
     from safetensors.torch import save_file
     from transformers import BertConfig
-    from nl_embryo.data import fetched_path
     dest = cache_path('models', 'antiberty')
     src_dir = fetched_path('antiberty')/'antiberty'/'trained_models'
     src = src_dir/'AntiBERTy_md_smooth'/'pytorch_model.bin'
@@ -307,7 +237,8 @@ def antiberty_dir(force: bool = False) -> Path:
                                                                       dropped=sorted(set(raw) - set(weights) - {'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias'})), indent=1))
     return dest
 
-def load_antiberty(device='cpu'):
+def load_antiberty(device='cpu',  # the device to put the model on
+                 ):
     "AntiBERTy as `(BertForMaskedLM, tokenizer)` in eval mode, loaded from the safetensors conversion (`antiberty_dir`)."
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     path = antiberty_dir()

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 
 from .core import NlEmbryoError
+from .data import load_brown_sentences, load_sotu, load_turkish_sentences, load_talmud_sentences
+from . import data
 
 # %% auto #0
 __all__ = ['EVAL_FRACTION', 'SPLIT_VERSION', 'SPLITS', 'SPLIT_SOURCES', 'ENGLISH_SOURCES', 'SHARED_TEXT', 'document_splits',
@@ -22,7 +24,11 @@ SPLITS = ('train', 'eval')
 def _rank(source: str, doc: str) -> str:
     return hashlib.sha256(f"nl_embryo-split-v{SPLIT_VERSION}:{source}:{doc}".encode()).hexdigest()
 
-def document_splits(source: str, docs, groups=None, eval_fraction: float = EVAL_FRACTION) -> pd.Series:
+def document_splits(source: str,                           # the source's name, hashed with each document to rank the documents
+                    docs,                                  # the document ids (any sequence; compared as strings, duplicates dropped)
+                    groups=None,                           # the stratum of each distinct document, in the order of `docs` (None: one stratum)
+                    eval_fraction: float = EVAL_FRACTION,  # the share of each stratum's documents that go to eval, in (0, 1)
+                    ) -> pd.Series:                        # 'train' or 'eval' for each distinct document, indexed by document
     """A split (`train` or `eval`) for each of `docs`, indexed by document: within each group (all together when
     `groups` is None), the `eval_fraction` of documents ranked first by a hash of `(source, document)` are `eval`
     (at least one in a group of two or more)."""
@@ -38,33 +44,38 @@ def document_splits(source: str, docs, groups=None, eval_fraction: float = EVAL_
 
 # %% ../nbs/01a_splits.ipynb #e4419413
 def _brown_docs() -> pd.DataFrame:
-    from nl_embryo.data import load_brown_sentences
     s = load_brown_sentences()
     return s.drop_duplicates('doc_id')[['doc_id', 'genre']].rename(columns={'doc_id': 'doc', 'genre': 'group'}).astype(str)
 
-def sotu_doc(year, president) -> pd.Series:
+# %% ../nbs/01a_splits.ipynb #ead3059d
+def sotu_doc(year,            # the year of each address (a scalar or a sequence)
+             president,       # the president of each address, aligned with `year`
+             ) -> pd.Series:  # `YEAR-President` for each address
     "The document id of a State of the Union address: `YEAR-President`."
     return pd.Series(year).astype(str).str.cat(pd.Series(president).astype(str).values, sep='-')
 
+# %% ../nbs/01a_splits.ipynb #33ba0524
 def _sotu_docs() -> pd.DataFrame:
-    from nl_embryo.data import load_sotu
     s = load_sotu()
     return pd.DataFrame({'doc': sotu_doc(s['year'], s['president']).values, 'group': ''})
 
-def turkish_doc(sent_id) -> pd.Series:
+# %% ../nbs/01a_splits.ipynb #55ba7890
+def turkish_doc(sent_id,         # a sentence id or a sequence of them, e.g. `tr-forum:00000222:S023`
+                ) -> pd.Series:  # the document of each
     "The document of a Turkish treebank sentence id (`tr-forum:00000222:S023` -> `tr-forum:00000222`)."
     return pd.Series(sent_id).astype(str).str.replace(r':S\d+$', '', regex=True)
 
+# %% ../nbs/01a_splits.ipynb #c9e1ff3a
 def _turkish_docs() -> pd.DataFrame:
-    from nl_embryo.data import load_turkish_sentences
     s = load_turkish_sentences()
     return pd.DataFrame({'doc': turkish_doc(s['sent_id']).values, 'group': s['source'].astype(str).values}).drop_duplicates('doc')
 
+# %% ../nbs/01a_splits.ipynb #259b76fe
 def _talmud_docs() -> pd.DataFrame:
-    from nl_embryo.data import load_talmud_sentences
     s = load_talmud_sentences().drop_duplicates('tractate')
     return pd.DataFrame({'doc': s['tractate'].values, 'group': s['order'].astype(str).values})
 
+# %% ../nbs/01a_splits.ipynb #4d3b5305
 SPLIT_SOURCES = {   # source -> (documents and strata, the document of each row of the source's frames)
     'brown': (_brown_docs, lambda df: df['doc_id'].astype(str)),
     'sotu': (_sotu_docs, lambda df: sotu_doc(df['year'], df['president'])),
@@ -72,20 +83,26 @@ SPLIT_SOURCES = {   # source -> (documents and strata, the document of each row 
     'talmud': (_talmud_docs, lambda df: df['tractate'].astype(str)),
 }
 
-def sentence_loader(source: str):
+def sentence_loader(source: str,  # a source with a registered split: brown, sotu, turkish or talmud
+                    ):
     "The sentence loader of a registered source (`nl_embryo.data.load_<source>_sentences`)."
-    from nl_embryo import data
     if source not in SPLIT_SOURCES: raise NlEmbryoError(f"source {source!r} has no registered split", f"choose from: {', '.join(SPLIT_SOURCES)}")
     return getattr(data, f"load_{source}_sentences")
 
+# %% ../nbs/01a_splits.ipynb #1f6d8eea
 @functools.lru_cache(maxsize=16)
-def split_table(source: str) -> pd.DataFrame:
+def split_table(source: str,  # a source with a registered split: brown, sotu, turkish or talmud
+                ) -> pd.DataFrame:
     "The documents of `source` with their stratum and split: columns `doc`, `group`, `split`."
     if source not in SPLIT_SOURCES: raise NlEmbryoError(f"source {source!r} has no registered split", f"choose from: {', '.join(SPLIT_SOURCES)}")
     docs = SPLIT_SOURCES[source][0]().reset_index(drop=True)
     return docs.assign(split=document_splits(source, docs['doc'], docs['group']).loc[docs['doc']].to_numpy())
 
-def take_split(frame: pd.DataFrame, source: str, split: str | None) -> pd.DataFrame:
+# %% ../nbs/01a_splits.ipynb #8b5255e9
+def take_split(frame: pd.DataFrame,  # a frame of one of the source's loaders, with the column(s) that name its documents
+               source: str,          # the source the frame comes from: brown, sotu, turkish or talmud
+               split: str | None,    # 'train' or 'eval' (None: every row)
+               ) -> pd.DataFrame:
     "The rows of a loader's `frame` of `source` whose document is in `split` (`None`: all rows)."
     if split is None: return frame
     if split not in SPLITS: raise NlEmbryoError(f"unknown split {split!r}", f"use one of: {', '.join(SPLITS)}")
@@ -97,14 +114,16 @@ def take_split(frame: pd.DataFrame, source: str, split: str | None) -> pd.DataFr
 # %% ../nbs/01a_splits.ipynb #0f7b4b52
 ENGLISH_SOURCES = ('brown', 'sotu')
 
-def text_key(text: str) -> str:
+def text_key(text: str,  # a sentence (anything: `str` is applied)
+             ) -> str:
     "A sentence as compared across sources: lowercase, without whitespace (what a lowercasing tokenizer sees, nearly)."
     return re.sub(r'\s+', '', str(text).lower())
 
 SHARED_TEXT = {'brown': ENGLISH_SOURCES, 'sotu': ENGLISH_SOURCES, 'talmud': ('talmud',)}   # source -> the sources whose train text its eval sentences must avoid
 
 @functools.lru_cache(maxsize=4)
-def train_keys(sources: tuple) -> frozenset:
+def train_keys(sources: tuple,  # sources with a registered split, as a tuple (hashable: the result is cached)
+               ) -> frozenset:
     "The `text_key` of every sentence of a train document of the `sources`."
     keys = set()
     for src in sources: keys.update(take_split(sentence_loader(src)(), src, 'train')['text'].map(text_key))
@@ -114,7 +133,9 @@ def english_train_keys() -> frozenset:
     "The `text_key` of every sentence of a train document of an English source."
     return train_keys(ENGLISH_SOURCES)
 
-def eval_sentences(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+def eval_sentences(frame: pd.DataFrame,  # a sentence frame of `source`, as its sentence loader returns it (needs `text`)
+                   source: str,          # the source the frame comes from: brown, sotu, turkish or talmud
+                   ) -> pd.DataFrame:
     """The eval-split rows of a sentence `frame` of `source`, without the sentences a training document of the sources
     that share its text (`SHARED_TEXT`: the English sources for English, the Talmud for the Talmud) also holds."""
     ev = take_split(frame, source, 'eval')
@@ -124,6 +145,7 @@ def eval_sentences(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     return ev
 
 @functools.lru_cache(maxsize=8)
-def eval_sentence_ids(source: str) -> frozenset:
+def eval_sentence_ids(source: str,  # a source with a registered split: brown, sotu, turkish or talmud
+                      ) -> frozenset:
     "The `sent_id`s of the evaluation sentences of `source` (`eval_sentences` of its sentence loader): to filter its token frames."
     return frozenset(eval_sentences(sentence_loader(source)(), source)['sent_id'].tolist())

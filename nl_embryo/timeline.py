@@ -4,24 +4,28 @@
 
 # %% ../nbs/05_timeline.ipynb #e3ac9417
 from __future__ import annotations
-import contextlib, gc, hashlib, inspect, json
+import contextlib, gc, hashlib, inspect, io, json
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .charts import step_axis
 from .core import NlEmbryoError, atomic_write_bytes
-from .pretrain import list_checkpoints, damaged_checkpoints
+from .checkpoints import list_checkpoints, damaged_checkpoints
+from .models import check_safetensors_weights, load_model, quiet_transformers
+from .pretrain import PLATEAU_MARGIN
 
 # %% auto #0
-__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'Run', 'as_run',
+__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'Run', 'as_run', 'eval_rows',
            'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
-def fingerprint(obj) -> str:
+def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
+               ) -> str:  # 16 hex digits
     "A stable short hash of analysis data or options (DataFrames, arrays, lists, dicts, strings, numbers)."
     h = hashlib.sha256()
     def feed(o):
@@ -41,14 +45,18 @@ def fingerprint(obj) -> str:
     feed(obj)
     return h.hexdigest()[:16]
 
-def analysis_key(fn: Callable, data, options: dict) -> str:
+def analysis_key(fn: Callable,   # the per-checkpoint analysis function: its module, name and source code join the key
+                 data,           # the data it is given (by its `fingerprint`)
+                 options: dict,  # the options it is called with (by their `fingerprint`)
+                ) -> str:        # `<fn's name>-<16 hex digits>`
     "The cache key of an analysis: its name and source, the data and the options."
     try: src = inspect.getsource(fn)
     except (OSError, TypeError): src = ''
     return f"{getattr(fn, '__name__', 'analysis')}-{fingerprint([getattr(fn, '__module__', ''), getattr(fn, '__qualname__', ''), src, data, options])}"
 
 # %% ../nbs/05_timeline.ipynb #f4807b49
-def options_key(options: dict) -> str:
+def options_key(options: dict,  # analysis options: nested dicts, lists and tuples of plain values (numpy scalars become numbers, other objects their repr)
+               ) -> str:        # JSON text with sorted keys
     "The canonical text of analysis options (sorted keys, tuples as lists): the value of a table's `options` column."
     def norm(v):
         if isinstance(v, dict): return {str(k): norm(v[k]) for k in sorted(v, key=str)}
@@ -57,22 +65,26 @@ def options_key(options: dict) -> str:
         return v if isinstance(v, (str, int, float, bool)) or v is None else repr(v)
     return json.dumps(norm(options), sort_keys=True)
 
+# %% ../nbs/05_timeline.ipynb #044535e5
 class Run:
     """The checkpoint timeline of a pre-training run folder (or a single model folder, as a one-step run), and the
     owner of that folder's layout: checkpoints, metrics, `analysis/` tables, charts and caches."""
-    def __init__(self, path):
+    def __init__(self,
+                 path,  # a run folder written by `pretrain` (with `checkpoints/`), or a model folder (config.json + safetensors weights)
+                ):
         self.path = Path(path)
         if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, or a model folder")
         self.single = not (self.path/'checkpoints').exists()
         if self.single and self.path.is_dir() and any(p.suffix in ('.bin', '.pt', '.pth', '.ckpt', '.h5') for p in self.path.iterdir()):
-            from nl_embryo.models import check_safetensors_weights
             check_safetensors_weights(self.path)        # pickled weights alone: refused, with the conversion
         if self.single and not ((self.path/'config.json').exists() and any(self.path.glob('*.safetensors'))):
             raise NlEmbryoError(f"{self.path} is neither a run folder (no checkpoints/) nor a model folder (config.json + safetensors weights)",
                                 "pass the folder given to --out of nl-embryo pretrain, or a Hugging Face model folder")
 
     @classmethod
-    def coerce(cls, run) -> 'Run':
+    def coerce(cls,
+               run,  # a `Run` (returned as it is), a run folder or a model folder (any path-like)
+              ) -> 'Run':
         "A `Run` from a `Run`, a run folder or a model folder (any path-like): the one way every function that takes a run reads its argument."
         return run if isinstance(run, Run) else cls(run)
 
@@ -93,151 +105,218 @@ class Run:
         "The checkpoints that do not verify, as {step: what is wrong} (`steps()` leaves them out)."
         return {} if self.single else damaged_checkpoints(self.path)
 
-    def checkpoint(self, step: int | None = None) -> Path:
-        "The folder of checkpoint `step` (None: the last)."
-        if self.single:
-            if step not in (None, 0): raise NlEmbryoError(f"{self.path} is a single model: it has only step 0", "use step 0")
-            return self.path
-        skipped = {}
-        cks = list_checkpoints(self.path, warn=False, skipped=skipped)
-        if step is not None and step in skipped:
-            raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {skipped[step]}",
-                                f"load another step ({', '.join(map(str, cks)) or 'none verifies'}); to write it again, remove "
-                                f"{self.path/'checkpoints'/f'step{step}'} and continue the run with `nl-embryo pretrain --out {self.path} --resume` "
-                                f"(and the run's options): it trains again from the newest good checkpoint before it")
-        if not cks: raise NlEmbryoError(f"{self.path} has no complete checkpoint yet", "wait for the first checkpoint, or resume the run")
-        if step is None: step = max(cks)
-        if step not in cks: raise NlEmbryoError(f"{self.path} has no checkpoint at step {step}", f"choose one of: {', '.join(map(str, cks))}")
-        return cks[step]
+# %% ../nbs/05_timeline.ipynb #edb18ae3
+@patch
+def checkpoint(self: Run,
+               step: int | None = None,  # the checkpoint's step (None: the last one that verifies; a model folder has only step 0)
+              ) -> Path:                 # the checkpoint's folder (of a model folder: the folder itself)
+    "The folder of checkpoint `step` (None: the last)."
+    if self.single:
+        if step not in (None, 0): raise NlEmbryoError(f"{self.path} is a single model: it has only step 0", "use step 0")
+        return self.path
+    skipped = {}
+    cks = list_checkpoints(self.path, warn=False, skipped=skipped)
+    if step is not None and step in skipped:
+        raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {skipped[step]}",
+                            f"load another step ({', '.join(map(str, cks)) or 'none verifies'}); to write it again, remove "
+                            f"{self.path/'checkpoints'/f'step{step}'} and continue the run with `nl-embryo pretrain --out {self.path} --resume` "
+                            f"(and the run's options): it trains again from the newest good checkpoint before it")
+    if not cks: raise NlEmbryoError(f"{self.path} has no complete checkpoint yet", "wait for the first checkpoint, or resume the run")
+    if step is None: step = max(cks)
+    if step not in cks: raise NlEmbryoError(f"{self.path} has no checkpoint at step {step}", f"choose one of: {', '.join(map(str, cks))}")
+    return cks[step]
 
-    def model_config(self, step: int | None = None, part: str = 'auto') -> dict:
-        "The model's `config.json` at checkpoint `step` (None: the last); for an ELECTRA pair the discriminator's (`part='generator'`: the generator's)."
-        path = self.checkpoint(step)
-        if (path/'discriminator').is_dir(): path = path/('generator' if part == 'generator' else 'discriminator')
-        return json.loads((path/'config.json').read_text())
+@patch
+def model_config(self: Run,
+                 step: int | None = None,  # the checkpoint's step (None: the last)
+                 part: str = 'auto',       # of an ELECTRA pair, 'generator' reads the generator's config; any other value the discriminator's
+                ) -> dict:
+    "The model's `config.json` at checkpoint `step` (None: the last); for an ELECTRA pair the discriminator's (`part='generator'`: the generator's)."
+    path = self.checkpoint(step)
+    if (path/'discriminator').is_dir(): path = path/('generator' if part == 'generator' else 'discriminator')
+    return json.loads((path/'config.json').read_text())
 
-    def is_pair(self, step: int | None = None) -> bool:
-        "Whether the checkpoints hold an ELECTRA-style generator + discriminator pair."
-        return (self.checkpoint(step)/'discriminator').is_dir()
+@patch
+def is_pair(self: Run,
+            step: int | None = None,  # the checkpoint to look at (None: the last)
+           ) -> bool:
+    "Whether the checkpoints hold an ELECTRA-style generator + discriminator pair."
+    return (self.checkpoint(step)/'discriminator').is_dir()
 
-    def metrics(self) -> pd.DataFrame:
-        "The training metrics, one row per logged step (lines cut by a crash are skipped)."
-        p = self.path/'metrics.jsonl'; rows = []
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try: rows.append(json.loads(line))
-                except json.JSONDecodeError: pass
-        return pd.DataFrame(rows)
+# %% ../nbs/05_timeline.ipynb #a9ccd556
+@patch
+def metrics(self: Run) -> pd.DataFrame:
+    "The training metrics, one row per logged step (lines cut by a crash are skipped)."
+    p = self.path/'metrics.jsonl'; rows = []
+    if p.exists():
+        for line in p.read_text().splitlines():
+            try: rows.append(json.loads(line))
+            except json.JSONDecodeError: pass
+    return pd.DataFrame(rows)
 
-    def phases(self) -> pd.DataFrame:
-        """Phase marks of the run, a tidy frame (phase, step, value, reference, source, detail): the step at which it
-        left the unigram plateau (eval MLM loss first `PLATEAU_MARGIN` nat below the corpus' unigram entropy), and the
-        onsets its analyses can detect (attention entropy dropping, the first previous- and next-token heads, mask
-        prediction per part of speech). A phase not reached has no step and says so in `detail`."""
-        return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
+@patch
+def phases(self: Run) -> pd.DataFrame:
+    """Phase marks of the run, a tidy frame (phase, step, value, reference, source, detail): the step at which it
+    left the unigram plateau (eval MLM loss first `PLATEAU_MARGIN` nat below the corpus' unigram entropy), and the
+    onsets of every registered analysis that declares a phase detector (`Analysis.phases`: attention entropy
+    dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
+    registers the built-in ones). A phase not reached has no step and says so in `detail`."""
+    return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
 
-    def load(self, step: int | None = None, eager: bool = False, part: str = 'auto', device='cpu'):
-        """Load `(model, tokenizer)` of checkpoint `step` (None: the last) in eval mode: the one loader of the package
-        (`nl_embryo.models.load_model`, safetensors weights only). `eager=True` switches attention to eager (needed to
-        read attention weights). `part` picks the generator or discriminator of an ELECTRA pair (default: discriminator);
-        a model folder without an MLM head loads as its base encoder."""
-        from safetensors import SafetensorError
-        from transformers import AutoTokenizer
-        from nl_embryo.models import load_model, quiet_transformers
-        if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
-        path = self.checkpoint(step)
-        kw = dict(attn_implementation='eager') if eager else {}
-        try:
-            model = load_model(path, **kw)
-            with quiet_transformers(): tok = AutoTokenizer.from_pretrained(path)
-        except NlEmbryoError: raise
-        except (OSError, ValueError, SafetensorError) as e:     # damage the cheap check cannot see
-            raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {e}",
-                                "its files are damaged: load another step, or write this one again (remove it and continue the run with --resume)") from e
-        if hasattr(model, 'discriminator'): model = model.generator if part == 'generator' else model.discriminator
-        return model.to(device).eval(), tok
+@patch
+def load(self: Run,
+         step: int | None = None,  # the checkpoint's step (None: the last)
+         eager: bool = False,      # switch attention to the eager implementation (needed to read attention weights)
+         part: str = 'auto',       # of an ELECTRA pair: 'generator', or 'discriminator' ('auto': the discriminator); no effect on other models
+         device='cpu',             # the torch device to move the model to, e.g. 'cpu' or 'cuda'
+        ):                         # `(model, tokenizer)`, the model in eval mode
+    """Load `(model, tokenizer)` of checkpoint `step` (None: the last) in eval mode: the one loader of the package
+    (`nl_embryo.models.load_model`, safetensors weights only). `eager=True` switches attention to eager (needed to
+    read attention weights). `part` picks the generator or discriminator of an ELECTRA pair (default: discriminator);
+    a model folder without an MLM head loads as its base encoder."""
+    from safetensors import SafetensorError
+    from transformers import AutoTokenizer
+    if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
+    path = self.checkpoint(step)
+    kw = dict(attn_implementation='eager') if eager else {}
+    try:
+        model = load_model(path, **kw)
+        with quiet_transformers(): tok = AutoTokenizer.from_pretrained(path)
+    except NlEmbryoError: raise
+    except (OSError, ValueError, SafetensorError) as e:     # damage the cheap check cannot see
+        raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {e}",
+                            "its files are damaged: load another step, or write this one again (remove it and continue the run with --resume)") from e
+    if hasattr(model, 'discriminator'): model = model.generator if part == 'generator' else model.discriminator
+    return model.to(device).eval(), tok
 
-    # --- the layout of analysis/ ------------------------------------------------------------------------------------
-    @property
-    def analysis_dir(self) -> Path:
-        "`RUN/analysis/`: the tables, charts and caches of the analyses (created on first write)."
-        return self.path/'analysis'
+# %% ../nbs/05_timeline.ipynb #0739cd50
+@patch(as_prop=True)
+def analysis_dir(self: Run) -> Path:
+    "`RUN/analysis/`: the tables, charts and caches of the analyses (created on first write)."
+    return self.path/'analysis'
 
-    def table_path(self, name: str) -> Path: return self.analysis_dir/f'{name}.parquet'
-    def chart_path(self, name: str) -> Path: return self.analysis_dir/name
-    def cache_dir(self, key: str) -> Path: return self.analysis_dir/'cache'/key
+@patch
+def table_path(self: Run,
+               name: str,  # the table's name, e.g. 'probes'
+              ) -> Path:
+    "The file of table `name`: `analysis/<name>.parquet`."
+    return self.analysis_dir/f'{name}.parquet'
 
-    def has_table(self, name: str) -> bool:
-        "Whether `analysis/<name>.parquet` exists."
-        return self.table_path(name).exists()
+@patch
+def chart_path(self: Run,
+               name: str,  # the chart's name, e.g. 'surgery_loss'
+              ) -> Path:
+    "The path of chart `name` in `analysis/`, without a suffix (`save_chart` adds one per format)."
+    return self.analysis_dir/name
 
-    def table(self, name: str, options: dict | str | None = None) -> pd.DataFrame:
-        "The table `name` (all its rows, or the rows computed with `options`); an empty frame when there is none."
-        p = self.table_path(name)
-        if not p.exists(): return pd.DataFrame()
-        df = pd.read_parquet(p)
-        if options is not None and 'options' in df:
-            df = df[df['options'] == (options if isinstance(options, str) else options_key(options))].reset_index(drop=True)
-        return df
+@patch
+def cache_dir(self: Run,
+              key: str,  # an analysis cache key (`analysis_key`)
+             ) -> Path:
+    "The folder of the per-step cache of the analysis keyed `key`: `analysis/cache/<key>/`."
+    return self.analysis_dir/'cache'/key
 
-    def write_table(self, name: str, df: pd.DataFrame) -> Path:
-        "Write `analysis/<name>.parquet` atomically (replacing it)."
-        import io
-        buf = io.BytesIO(); df.to_parquet(buf, index=False)
-        return atomic_write_bytes(self.table_path(name), buf.getvalue())
+@patch
+def has_table(self: Run,
+              name: str,  # the table's name, e.g. 'probes'
+             ) -> bool:
+    "Whether `analysis/<name>.parquet` exists."
+    return self.table_path(name).exists()
 
-    def update_table(self, name: str, df: pd.DataFrame, key=('options', 'step')) -> pd.DataFrame:
-        """Add the rows of `df` to the table `name`: rows already there with the same `key` values are replaced, every
-        other row a user computed before is kept. Returns the whole table. (Callers hold `analysis_lock`.)"""
-        old = self.table(name)
-        key = [k for k in key if k in df.columns]
-        if len(old) and key and all(k in old.columns for k in key):
-            new_keys = pd.MultiIndex.from_frame(df[key].astype(str))
-            old = old[~pd.MultiIndex.from_frame(old[key].astype(str)).isin(new_keys)]
-            df = pd.concat([old, df], ignore_index=True)
-        elif len(old) and not key: df = pd.concat([old, df], ignore_index=True)
-        self.write_table(name, df)
-        return df
+@patch
+def table(self: Run,
+          name: str,                          # the table's name, e.g. 'probes'
+          options: dict | str | None = None,  # keep only the rows computed with these options (a dict, or a value of the `options` column); None: all rows
+         ) -> pd.DataFrame:
+    "The table `name` (all its rows, or the rows computed with `options`); an empty frame when there is none."
+    p = self.table_path(name)
+    if not p.exists(): return pd.DataFrame()
+    df = pd.read_parquet(p)
+    if options is not None and 'options' in df:
+        df = df[df['options'] == (options if isinstance(options, str) else options_key(options))].reset_index(drop=True)
+    return df
 
-    def analysis_lock(self):
-        "An exclusive lock on this run's `analysis/` folder (across processes), held while tables are read, merged and written."
-        return _file_lock(self.path/'.analysis.lock')
+# %% ../nbs/05_timeline.ipynb #c0ba9ded
+@patch
+def write_table(self: Run,
+                name: str,         # the table's name, e.g. 'probes'
+                df: pd.DataFrame,  # the table's rows (all of them: the file is replaced)
+               ) -> Path:          # the written file
+    "Write `analysis/<name>.parquet` atomically (replacing it)."
+    buf = io.BytesIO(); df.to_parquet(buf, index=False)
+    return atomic_write_bytes(self.table_path(name), buf.getvalue())
 
-    # --- analyses over the timeline ---------------------------------------------------------------------------------
-    def _checkpoint_id(self, step: int) -> str:
-        path = self.checkpoint(step)
-        files = sorted(p for p in path.rglob('*.safetensors'))
-        return fingerprint([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+@patch
+def update_table(self: Run,
+                 name: str,                # the table's name, e.g. 'probes'
+                 df: pd.DataFrame,         # the new rows
+                 key=('options', 'step'),  # the columns that identify a row (those `df` lacks are dropped from it; none left: the rows are appended)
+                ) -> pd.DataFrame:         # the whole table, as written
+    """Add the rows of `df` to the table `name`: rows already there with the same `key` values are replaced, every
+    other row a user computed before is kept. Returns the whole table. (Callers hold `analysis_lock`.)"""
+    old = self.table(name)
+    key = [k for k in key if k in df.columns]
+    if len(old) and key and all(k in old.columns for k in key):
+        new_keys = pd.MultiIndex.from_frame(df[key].astype(str))
+        old = old[~pd.MultiIndex.from_frame(old[key].astype(str)).isin(new_keys)]
+        df = pd.concat([old, df], ignore_index=True)
+    elif len(old) and not key: df = pd.concat([old, df], ignore_index=True)
+    self.write_table(name, df)
+    return df
 
-    def map(self, fn: Callable, data=None, steps=None, cache: bool = True, progress: bool = True, eager: bool = False,
-            device='cpu', part: str = 'auto', cache_tag=None, quiet: bool | None = None, **options) -> pd.DataFrame:
-        """Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy
-        frame with a `step` column. Each step's result is cached on disk, keyed by `fn` (its source), `data`, `options`
-        and `cache_tag` (e.g. a version number) and the checkpoint's files. `quiet=True` is the older spelling of `progress=False`."""
-        if quiet is not None: progress = not quiet
-        all_steps = self.steps()
-        steps = all_steps if steps is None else [steps] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
-        missing = [s for s in steps if s not in all_steps]
-        for s in missing: self.checkpoint(s)          # a damaged one is named, with the fix
-        if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
-        key = analysis_key(fn, data, dict(options, eager=eager, part=part, **({'cache_tag': cache_tag} if cache_tag is not None else {})))
-        folder = self.cache_dir(key)
-        frames = []
-        for s in tqdm(steps, desc=getattr(fn, '__name__', 'analysis'), disable=not progress, unit='ckpt'):
-            f = folder/f"step{s}-{self._checkpoint_id(s)}.parquet"
-            if cache and f.exists():
-                frames.append(pd.read_parquet(f)); continue
-            model, tok = self.load(s, eager=eager, device=device, part=part)
-            df = fn(model, tok, data, **options)
-            del model; gc.collect()
-            if not isinstance(df, pd.DataFrame): raise NlEmbryoError(f"analysis {getattr(fn, '__name__', fn)} returned {type(df).__name__}, not a DataFrame", "return a tidy pandas DataFrame")
-            df = df.copy(); df.insert(0, 'step', s)
-            if cache:
-                import io
-                buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(f, buf.getvalue())
-            frames.append(df)
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
+@patch
+def analysis_lock(self: Run):
+    "An exclusive lock on this run's `analysis/` folder (across processes), held while tables are read, merged and written."
+    return _file_lock(self.path/'.analysis.lock')
 
+# %% ../nbs/05_timeline.ipynb #35510850
+@patch
+def _checkpoint_id(self: Run, step: int) -> str:
+    path = self.checkpoint(step)
+    files = sorted(p for p in path.rglob('*.safetensors'))
+    return fingerprint([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+
+@patch
+def map(self: Run,
+        fn: Callable,               # the analysis, `fn(model, tokenizer, data, **options) -> DataFrame`, called once per checkpoint
+        data=None,                  # what `fn` is asked about (eval blocks, a probing task, sentences...), passed to it as it is; part of the cache key
+        steps=None,                 # the checkpoint steps: an int, a list of ints, or None for all that verify
+        cache: bool = True,         # read and write the per-step cache (False: compute every step afresh and store nothing)
+        progress: bool = True,      # show a progress bar over the checkpoints
+        eager: bool = False,        # load the checkpoints with eager attention (needed to read attention weights); part of the cache key
+        device='cpu',               # the torch device the checkpoints are loaded on (and `fn` runs on), e.g. 'cpu' or 'cuda'; not part of the cache key
+        part: str = 'auto',         # which half of an ELECTRA pair to load: 'generator' or 'discriminator' ('auto': the discriminator); part of the cache key
+        cache_tag=None,             # an extra part of the cache key (e.g. the analysis's version number); None: none
+        quiet: bool | None = None,  # the older spelling: True means `progress=False` (None: `progress` decides)
+        **options,                  # more keyword arguments of `fn`, passed to it on every call; part of the cache key
+       ) -> pd.DataFrame:           # the rows of every step, with a `step` column first
+    """Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy
+    frame with a `step` column. Each step's result is cached on disk, keyed by `fn` (its source), `data`, `options`
+    and `cache_tag` (e.g. a version number) and the checkpoint's files. `quiet=True` is the older spelling of `progress=False`."""
+    if quiet is not None: progress = not quiet
+    all_steps = self.steps()
+    steps = all_steps if steps is None else [steps] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
+    missing = [s for s in steps if s not in all_steps]
+    for s in missing: self.checkpoint(s)          # a damaged one is named, with the fix
+    if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
+    key = analysis_key(fn, data, dict(options, eager=eager, part=part, **({'cache_tag': cache_tag} if cache_tag is not None else {})))
+    folder = self.cache_dir(key)
+    frames = []
+    for s in tqdm(steps, desc=getattr(fn, '__name__', 'analysis'), disable=not progress, unit='ckpt'):
+        f = folder/f"step{s}-{self._checkpoint_id(s)}.parquet"
+        if cache and f.exists():
+            frames.append(pd.read_parquet(f)); continue
+        model, tok = self.load(s, eager=eager, device=device, part=part)
+        df = fn(model, tok, data, **options)
+        del model; gc.collect()
+        if not isinstance(df, pd.DataFrame): raise NlEmbryoError(f"analysis {getattr(fn, '__name__', fn)} returned {type(df).__name__}, not a DataFrame", "return a tidy pandas DataFrame")
+        df = df.copy(); df.insert(0, 'step', s)
+        if cache:
+            buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(f, buf.getvalue())
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
+
+# %% ../nbs/05_timeline.ipynb #b3764798
 @contextlib.contextmanager
 def _file_lock(path: Path):
     "An exclusive lock on `path` across processes (POSIX `flock`; no lock elsewhere)."
@@ -249,24 +328,30 @@ def _file_lock(path: Path):
         try: yield
         finally: fcntl.flock(f, fcntl.LOCK_UN)
 
-def as_run(run) -> Run:
+# %% ../nbs/05_timeline.ipynb #25c6020b
+def as_run(run,  # a `Run` (returned as it is), a run folder or a model folder
+          ) -> Run:
     "A `Run` from a `Run`, a run folder or a model folder (`Run.coerce`)."
     return Run.coerce(run)
 
 # %% ../nbs/05_timeline.ipynb #e9500b8d
 PHASE_COLUMNS = ['phase', 'step', 'value', 'reference', 'source', 'detail']
 
-def _eval_rows(run) -> pd.DataFrame:
+def eval_rows(run,  # a `Run`
+             ) -> pd.DataFrame:  # its metrics rows that have an `eval_mlm_loss` (no rows when it logged none)
+    "The rows of the run's metrics that carry a held-out eval MLM loss."
     m = run.metrics()
     return m.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in m else m.iloc[0:0]
 
-def unigram_entropy_of(run) -> float | None:
+# %% ../nbs/05_timeline.ipynb #52430abb
+def unigram_entropy_of(run,  # a `Run`
+                      ) -> float | None:  # nats per token
     "The unigram entropy a run recorded (`config.json`), or None for an older run or a model folder."
     return run.config.get('unigram_entropy')
 
+# %% ../nbs/05_timeline.ipynb #0b65c486
 def _plateau_exit(run) -> list[dict]:
-    from nl_embryo.pretrain import PLATEAU_MARGIN
-    h, ev = unigram_entropy_of(run), _eval_rows(run)
+    h, ev = unigram_entropy_of(run), eval_rows(run)
     if h is None or ev.empty: return []
     below = h - ev['eval_mlm_loss']
     hit = ev[below >= PLATEAU_MARGIN]
@@ -275,45 +360,14 @@ def _plateau_exit(run) -> list[dict]:
     return [dict(phase='left the unigram plateau', step=None, value=float(ev['eval_mlm_loss'].iloc[-1]), reference=h, source='metrics',
                  detail=f"still on the plateau at step {int(ev['step'].iloc[-1])}: {float(below.iloc[-1]):+.3f} nat below the unigram entropy")]
 
-def _analysis_table(run, name: str) -> pd.DataFrame | None:
-    return run.table(name) if run.has_table(name) else None
-
-def _attention_onsets(run) -> list[dict]:
-    scores = _analysis_table(run, 'attention')
-    if scores is None or scores.empty: return []
-    rows = []
-    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')['value'].mean().sort_index()
-    if len(ent) > 1:
-        hit = ent[ent <= 0.9 * ent.iloc[0]]
-        rows.append(dict(phase='attention entropy dropped', step=int(hit.index[0]) if len(hit) else None,
-                         value=float(hit.iloc[0]) if len(hit) else float(ent.iloc[-1]), reference=float(ent.iloc[0]), source='attention',
-                         detail='mean normalised entropy of the heads at 90% of its step-0 value' if len(hit) else 'not yet'))
-    for pattern, name in [('prev', 'first previous-token head'), ('next', 'first next-token head')]:
-        d = scores[scores['pattern'] == pattern]
-        if d.empty: continue
-        best = d.loc[d.groupby('step')['value'].idxmax()].sort_values('step')
-        hit = best[best['value'] >= 0.5]
-        r = hit.iloc[0] if len(hit) else best.iloc[-1]
-        rows.append(dict(phase=name, step=int(r['step']) if len(hit) else None, value=float(r['value']), reference=0.5, source='attention',
-                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}" if len(hit) else f"best share {float(r['value']):.2f} at the last step"))
-    return rows
-
-def _prediction_onsets(run) -> list[dict]:
-    rec = _analysis_table(run, 'reconstruction')
-    if rec is None or rec.empty: return []
-    d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')].sort_values('step')
-    rows = []
-    for group, g in d.groupby('group', sort=False):
-        hit = g[g['value'] > 0]
-        rows.append(dict(phase=f'mask prediction: {group}', step=int(hit['step'].iloc[0]) if len(hit) else None,
-                         value=float(hit['value'].iloc[0]) if len(hit) else 0.0, reference=0.0, source='reconstruction',
-                         detail='first step with a masked word of this class predicted exactly' if len(hit) else 'none predicted yet'))
-    return rows
-
-PHASE_DETECTORS = [_plateau_exit, _attention_onsets, _prediction_onsets]
+# %% ../nbs/05_timeline.ipynb #10da4d73
+PHASE_DETECTORS: list = [_plateau_exit]   # functions `Run -> phase rows`; `nl_embryo.registry.register` appends the analyses' own
 
 # %% ../nbs/05_timeline.ipynb #26a6a813
-def training_curves_chart(metrics: pd.DataFrame, title: str = 'training curves', unigram_entropy: float | None = None):
+def training_curves_chart(metrics: pd.DataFrame,                # a run's metrics (`Run.metrics()`): a `step` column and its loss (`*_loss`, `loss`) and accuracy (`*_acc`) columns
+                          title: str = 'training curves',       # the chart's title
+                          unigram_entropy: float | None = None, # the corpus' unigram entropy in nats, the dashed line (None: read off the eval rows, or no line)
+                         ):                                     # an Altair chart: a loss and an accuracy panel side by side
     """Loss and accuracy over steps (log-scaled x) from a run's metrics; eval scores at checkpoints as points. The loss
     panel draws the corpus' unigram entropy as a dashed line (`unigram_entropy`, else read off the metrics' eval rows):
     a loss above it is the unigram plateau."""

@@ -8,12 +8,15 @@ import numpy as np
 import pandas as pd
 
 from .core import NlEmbryoError
+from .models import max_positions
 
 # %% auto #0
 __all__ = ['words_frame', 'Alignment', 'max_input_length', 'align_words', 'token_batches']
 
 # %% ../nbs/05a_words.ipynb #2a10db0b
-def words_frame(sentences, space_after=None) -> tuple[list[str], pd.DataFrame]:
+def words_frame(sentences,        # the sentences, each a list of words (any objects, written out with `str`)
+                space_after=None, # per sentence, a bool per word: a space follows it (default: after every word but the last)
+               ) -> tuple[list[str], pd.DataFrame]: # the sentence texts and the words frame
     """Sentences (lists of words) as texts plus a words frame with one row per word: `sent`, `wid` (position in the
     sentence), `word`, `start`, `end` (character span in the text). `space_after`: per sentence, a bool per word
     (default: a space after every word)."""
@@ -31,6 +34,7 @@ def words_frame(sentences, space_after=None) -> tuple[list[str], pd.DataFrame]:
                           'start': np.array(A, np.int32), 'end': np.array(B, np.int32)})
     return texts, words
 
+# %% ../nbs/05a_words.ipynb #e39101e8
 @dataclass
 class Alignment:
     "The subword pieces of each sentence and the words they belong to."
@@ -41,18 +45,27 @@ class Alignment:
     first_piece: np.ndarray    # (n_words,) position of the word's first piece (-1: not aligned)
     truncated: np.ndarray      # (n_sentences,) True where the sentence was cut at the length limit
 
-    def pieces(self, row: int) -> np.ndarray:
+    def pieces(self,
+               row: int, # a row of the words frame
+              ) -> np.ndarray: # the word's piece positions in its sentence, sorted
         "Positions of the pieces of word `row`."
         return np.sort(self.piece_pos[self.word_row == row])
 
-def max_input_length(model, tokenizer) -> int:
+# %% ../nbs/05a_words.ipynb #c5adc0af
+def max_input_length(model,     # a transformers model (its position embeddings bound the input; 512 if unknown)
+                     tokenizer, # its tokenizer (its `model_max_length`, when set, bounds the input too)
+                    ) -> int:   # the longest input in pieces
     "The longest input a model takes: its position embeddings or the tokenizer's limit, whichever is smaller."
-    from nl_embryo.models import max_positions
     n = max_positions(model, default=512)
     t = getattr(tokenizer, 'model_max_length', None) or n
     return int(min(n, t))
 
-def align_words(tokenizer, texts: list[str], words: pd.DataFrame, max_length: int = 512) -> Alignment:
+# %% ../nbs/05a_words.ipynb #693632b1
+def align_words(tokenizer,             # a fast tokenizer (a slow one raises `NlEmbryoError`: it gives no offsets)
+                texts: list[str],      # the sentence texts, as `words_frame` makes them
+                words: pd.DataFrame,   # the words frame of `texts`, sorted by `sent`
+                max_length: int = 512, # cut each sentence at this many pieces, special tokens included
+               ) -> Alignment:         # the pieces of each sentence and their words
     "Tokenise `texts` (cut at `max_length` pieces) and give each word of `words` (sorted by `sent`) the pieces whose characters overlap it."
     if not getattr(tokenizer, 'is_fast', True):
         raise NlEmbryoError(f"{type(tokenizer).__name__} is a slow tokenizer: aligning words with pieces needs character offsets",
@@ -82,7 +95,9 @@ def align_words(tokenizer, texts: list[str], words: pd.DataFrame, max_length: in
     return Alignment(ids, wr, pp, n_pieces, first, truncated)
 
 # %% ../nbs/05a_words.ipynb #f1cb1dc8
-def token_batches(lengths, batch_tokens: int) -> list[list[int]]:
+def token_batches(lengths,            # the sequence lengths, in tokens
+                  batch_tokens: int,  # the most padded tokens (longest length x rows) a batch may hold; must be >= 1
+                 ) -> list[list[int]]: # the batches, each a list of indices into `lengths`, shortest sequences first
     "Indices of `lengths` grouped into batches of similar length with at most `batch_tokens` padded tokens each (one sequence at least)."
     if batch_tokens < 1: raise NlEmbryoError(f"batch_tokens={batch_tokens} must be positive", "use e.g. 8192")
     lengths = np.asarray(lengths)

@@ -1,5 +1,6 @@
-"""Shared fixtures: the repo's venv executables, small pre-training corpora, one torch thread, the headless browser."""
-import os, sys
+"""Shared fixtures and helpers: the repo's venv executables and `main` in-process, a small pre-training corpus, the English
+tokenizer, one short reference run (`MINI`) built once per worker, one torch thread, the headless browser."""
+import os, sys, warnings
 from pathlib import Path
 import pytest
 
@@ -10,6 +11,14 @@ BIN = Path(sys.executable).parent
 def nl_embryo_cmd(*args):
     "The nl-embryo console script of this environment, with arguments."
     return [str(BIN/'nl-embryo'), *map(str, args)]
+
+
+def cli(capsys, *args):
+    "Run `nl-embryo ARGS` in this process (`nl_embryo.cli.main`): the return code and what it printed, stdout then stderr."
+    from nl_embryo.cli import main
+    rc = main([str(a) for a in args])
+    got = capsys.readouterr()
+    return rc, got.out + got.err
 
 
 def poison_mlm_loss(monkeypatch, at_call: int) -> None:
@@ -28,6 +37,41 @@ def small_corpus():
     "A small nested-zipf corpus in the English id space (built once per cache)."
     from nl_embryo.corpora import build_corpus
     return build_corpus('nested-zipf', block_size=32, n_tokens=40_000, quiet=True)
+
+
+@pytest.fixture(scope='session')
+def english_tokenizer():
+    "The English WordPiece tokenizer, loaded once per session (one per xdist worker). Tests must not change it."
+    from nl_embryo.corpora import get_tokenizer
+    return get_tokenizer('english')
+
+
+MINI = dict(corpus='nested-zipf', block_size=32, corpus_tokens=40_000, batch_size=8, lr=2e-3, preset='mini', eval_batches=1)
+
+
+def train(out, steps=4, checkpoints='0,2,4', resume=False, **kw):
+    "Pre-train the `MINI` recipe (options in `kw` replace its own) into `out`, quietly; the run folder."
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return pretrain(PretrainConfig(out=str(out), steps=steps, checkpoints=checkpoints, **dict(MINI, **kw)), resume=resume, quiet=True)
+
+
+def weights(run, step):
+    "The tensors of a run's checkpoint at `step`."
+    from safetensors.torch import load_file
+    return load_file(str(Path(run)/'checkpoints'/f'step{step}'/'model.safetensors'))
+
+
+@pytest.fixture(scope='session')
+def reference(tmp_path_factory, small_corpus):
+    """An uninterrupted 4-step `MINI` run (checkpoints 0, 2, 4) on one torch thread, built once per session (one per xdist
+    worker) and shared by several files: tests copy it before they change it, and write nothing into it but tables of
+    their own under `analysis/`."""
+    import torch
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    try: return train(tmp_path_factory.mktemp('ref')/'run')
+    finally: torch.set_num_threads(n)
 
 
 @pytest.fixture(scope='module')

@@ -1,4 +1,4 @@
-"""The analysis contract (`nl_embryo.analysis`): one registry read by `nl-embryo analyze`, the demo and the report;
+"""The analysis contract (`nl_embryo.registry`, the built-in list in `nl_embryo.analysis`): one registry read by `nl-embryo analyze`, the demo and the report;
 tables that accumulate; report sections that render on a run with no analysis yet."""
 import contextlib, io
 
@@ -10,12 +10,10 @@ from nl_embryo.timeline import Run
 
 
 @pytest.fixture(scope='module')
-def run(tmp_path_factory, small_corpus):
-    "A mini BERT trained for 4 steps on the small nested-zipf corpus, checkpoints 0, 2 and 4."
-    from nl_embryo.pretrain import PretrainConfig, pretrain
-    out = tmp_path_factory.mktemp('analysis')/'run'
-    return Run(pretrain(PretrainConfig(out=str(out), preset='mini', corpus='nested-zipf', block_size=32, corpus_tokens=40_000,
-                                       steps=4, batch_size=4, checkpoints='0,2,4', eval_batches=1), quiet=True))
+def run(reference):
+    """The shared mini BERT of conftest.py (4 steps on the small nested-zipf corpus, checkpoints 0, 2 and 4). Nothing here
+    depends on its batch size or learning rate; these tests write only their own `toy_norms` table into its analysis/."""
+    return Run(reference)
 
 
 def _norms(model, tokenizer, data, n_ids=50):
@@ -70,3 +68,63 @@ def test_unknown_analysis_and_option(run):
     from nl_embryo.core import NlEmbryoError
     with pytest.raises(NlEmbryoError, match='unknown analysis'): analyze(run, 'astrology')
     with pytest.raises(NlEmbryoError, match='no option'): analyze(run, 'probes', n_wordz=10)
+
+
+@pytest.fixture(scope='module')
+def encoder(tmp_path_factory, run):
+    "A folder holding a BERT encoder without a masked-LM head, with the run's tokenizer."
+    from transformers import BertConfig, BertModel
+    from nl_embryo.models import quiet_transformers
+    tok = run.load(0)[1]
+    folder = tmp_path_factory.mktemp('encoder')/'encoder'
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    with quiet_transformers(): BertModel(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize('name', sorted(analyses()))
+def test_needs_are_checked_before_any_checkpoint_is_loaded(name, encoder, monkeypatch):
+    "Every analysis that declares it needs an MLM head refuses an encoder without one, naming the need, before loading anything."
+    from nl_embryo.core import NlEmbryoError
+    from nl_embryo.registry import check_needs, part_for
+    a = analyses()[name]
+    monkeypatch.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))
+    if 'mlm_head' in a.needs:
+        with pytest.raises(NlEmbryoError, match='without a masked-LM head'): analyze(encoder, name, progress=False)
+    else:
+        check_needs(a.needs, encoder, name)                       # nothing this analysis needs is missing from an encoder
+    assert part_for(a.needs, encoder) == 'auto'
+
+
+def test_part_follows_needs_on_a_pair(tmp_path):
+    "An analysis that needs the MLM head reads an ELECTRA pair's generator; the others read the discriminator ('auto')."
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    from nl_embryo.registry import part_for
+    pair = Run(pretrain(PretrainConfig(out=str(tmp_path/'pair'), arch='electra', preset='mini', corpus='nested-zipf', block_size=32,
+                                       corpus_tokens=40_000, steps=1, batch_size=4, checkpoints='0,1', eval_batches=1), quiet=True))
+    assert pair.is_pair() and part_for(('mlm_head',), pair) == 'generator' and part_for((), pair) == 'auto'
+
+
+def test_unknown_need_is_refused(run):
+    from nl_embryo.core import NlEmbryoError
+    from nl_embryo.registry import check_needs
+    with pytest.raises(NlEmbryoError, match="unknown need"): check_needs(('gpu',), run)
+
+
+def test_registered_phase_detector_reaches_run_phases(run, toy):
+    "An analysis's phase detector joins `Run.phases()` when it is registered, and leaves when it is replaced."
+    from nl_embryo.timeline import PHASE_DETECTORS
+    mark = lambda r: [dict(phase='toy phase', step=2, value=1.0, reference=0.0, source='toy_norms', detail='')]
+    a = register(Analysis('toy_norms', 'Toy norms', _norms, lambda run: [None], phases=mark), replace=True)
+    assert 'toy phase' in set(run.phases()['phase']) and mark in PHASE_DETECTORS
+    register(Analysis('toy_norms', 'Toy norms', _norms, lambda run: [None]), replace=True)
+    assert 'toy phase' not in set(run.phases()['phase']) and mark not in PHASE_DETECTORS
+
+
+def test_the_registry_imports_no_analysis():
+    "The import graph has no cycle through the registry: importing it loads none of the analysis chapters."
+    import subprocess, sys
+    code = ("import sys, nl_embryo.registry; bad = [m for m in ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', "
+            "'finetune', 'analysis') if 'nl_embryo.' + m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, '-c', code], check=True)

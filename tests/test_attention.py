@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from nl_embryo.attention import (AttentionExplorer, AttentionStats, analyze_attention, as_sentences, attention_batches,
+from nl_embryo.analysis import analyze
+from nl_embryo.attention import (AttentionExplorer, AttentionStats, as_sentences, attention_batches,
                                  attention_grid_chart, attention_tables, classify_heads, load_attention, maps_array,
                                  pattern_emergence, attention_section, save_chart, sentence_attention, shifted_attention_model,
                                  split_tables, to_bertviz, token_classes)
@@ -157,7 +158,7 @@ def test_bad_inputs(tmp_path, tok):
     with pytest.raises(NlEmbryoError, match='no sentences'): as_sentences([])
     with pytest.raises(NlEmbryoError, match='empty or not strings'): as_sentences(['ok', ''])
     with pytest.raises(NlEmbryoError, match="'text'"): as_sentences(pd.DataFrame({'x': ['a']}))
-    with pytest.raises(NlEmbryoError, match='no run'): analyze_attention(tmp_path/'nowhere')
+    with pytest.raises(NlEmbryoError, match='no run'): analyze(tmp_path/'nowhere', 'attention')
     (tmp_path/'checkpoints').mkdir()
     with pytest.raises(NlEmbryoError, match='no attention analysis'): load_attention(tmp_path, compute=False)
     _, maps = split_tables(attention_tables(UniformOverPadding(), tok, ['abc']))
@@ -179,11 +180,11 @@ def small_run(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def analysed(small_run):
-    scores = analyze_attention(small_run, n_sentences=48, map_len=20, quiet=True)
+    scores = analyze(small_run, 'attention', n_sentences=48, map_len=20, progress=False)
     return small_run, scores
 
 
-def test_analyze_attention_writes_tables_and_charts(analysed):
+def test_analyze_writes_attention_tables_and_charts(analysed):
     run, scores = analysed
     out = run.path/'analysis'
     assert sorted(scores['step'].unique()) == [0, 10, 30]
@@ -209,7 +210,7 @@ def test_analyze_attention_writes_tables_and_charts(analysed):
 def test_second_analysis_reads_the_cache(analysed, monkeypatch):
     run, scores = analysed
     loads = counting_loads(monkeypatch)
-    again = analyze_attention(run, n_sentences=48, map_len=20, quiet=True, charts=False)
+    again = analyze(run, 'attention', n_sentences=48, map_len=20, progress=False, charts=False)
     assert loads == [] and again.equals(scores)
 
 

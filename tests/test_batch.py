@@ -1,5 +1,6 @@
 """Tests of papermill sweeps (nl_embryo.batch): a failing job, --retry-failed, resume, GPU slots, timeouts,
-the Slurm array scripts and --run-job, and bad input. The experiment is tests/fixtures/sweep_toy.ipynb
+the Slurm array scripts and --run-job, and bad input (grid values of the wrong type, a grid that turns every analysis of
+the embryology experiment off); results carry status and error. The experiment is tests/fixtures/sweep_toy.ipynb
 (parameters x, y, fail, sleep, out_dir; each execution appends a line to out_dir/executions.txt)."""
 import argparse, json, os, shutil, subprocess
 from pathlib import Path
@@ -13,6 +14,8 @@ from nl_embryo.batch import (add_sweep_parser, collect, expand_grid, job_id, job
 from nl_embryo.core import NlEmbryoError, atomic_write_json
 
 FIXTURE = Path(__file__).parent/'fixtures'/'sweep_toy.ipynb'
+TOY = FIXTURE
+EMBRYOLOGY = Path(__file__).parent.parent/'nbs'/'experiments'/'embryology.ipynb'
 GRID = "x: [1, 2]\ny: a\njobs:\n  - {x: 3, y: ccc}\n  - {x: 4, fail: true}\n"
 
 
@@ -221,3 +224,33 @@ def test_bad_input_stops_before_any_job(tmp_path, toy):
     with pytest.raises(NlEmbryoError, match='needs an experiment notebook and --grid'): cli('--out', tmp_path/'o2')
     with pytest.raises(NlEmbryoError, match='not a sweep folder'): collect(tmp_path/'runs')
     assert not (tmp_path/'o2').exists() and not (tmp_path/'o3').exists()
+
+
+@pytest.mark.parametrize('grid, said', [({'x': ['one']}, "grid parameter x: 'one' is a string, but toy.ipynb's parameters cell sets x = 1 (a whole number)"),
+                                        ({'fail': [1]}, "fail: 1 is a whole number, but toy.ipynb's parameters cell sets fail = False (a boolean)"),
+                                        ({'y': [2]}, "y: 2 is a whole number, but toy.ipynb's parameters cell sets y = 'a' (a string)")])
+def test_a_grid_value_of_the_wrong_type_stops_before_any_job(tmp_path, grid, said):
+    from nl_embryo.batch import sweep
+    toy = Path(shutil.copy(TOY, tmp_path/'toy.ipynb'))
+    with pytest.raises(NlEmbryoError) as e: sweep(toy, grid, tmp_path/'out', quiet=True)
+    assert said in str(e.value) and 'quote a value meant as text' in e.value.fix
+    assert not (tmp_path/'out').exists()
+
+
+def test_a_grid_that_turns_every_analysis_off_stops_before_any_job(tmp_path):
+    from nl_embryo.batch import sweep, load_grid
+    grid = load_grid("seed: [0, 1]\nprobe_tasks: [[]]\nattention_sentences: 0\nfinetune_tasks: [[]]\n")
+    with pytest.raises(NlEmbryoError, match=r'job .*every analysis is off') as e: sweep(EMBRYOLOGY, grid, tmp_path/'out', quiet=True)
+    assert 'turn at least one on' in e.value.fix and not (tmp_path/'out').exists()
+    with pytest.raises(NlEmbryoError, match="seed: 'one' is a string"): sweep(EMBRYOLOGY, {'seed': ['one']}, tmp_path/'out', quiet=True)
+
+
+def test_results_carry_status_and_error(tmp_path):
+    from nl_embryo.batch import sweep
+    toy = Path(shutil.copy(TOY, tmp_path/'toy.ipynb'))
+    res = sweep(toy, {'jobs': [{'x': 2}, {'x': 4, 'fail': True}]}, tmp_path/'out', workers=1, quiet=True)
+    df = pd.read_parquet(tmp_path/'out'/'results.parquet')
+    assert {'status', 'error'} <= set(df.columns)
+    failed = df[df['status'] == 'failed']
+    assert len(failed) == 1 and 'asked to fail (x=4)' in failed['error'].iloc[0]
+    assert df.loc[df['status'] == 'done', 'error'].isna().all() and not res.ok

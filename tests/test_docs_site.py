@@ -176,7 +176,7 @@ def test_no_dead_internal_links(site):
 def test_chapter_pages_have_the_api_reference(site):
     "nbdev's show_doc entries of the exported functions and classes, and of the classes' methods, with their source links."
     html = (site/'attention.html').read_text(encoding='utf-8')
-    for name in ('analyze_attention', 'attention_tables', 'pattern_scores_chart', 'attentionexplorer'):
+    for name in ('load_attention', 'attention_tables', 'pattern_scores_chart', 'attentionexplorer'):
         assert f'<h3 id="{name}"' in html, name
     assert '<h4 id="attentionexplorer.from_run"' in html
     assert '<h3 id="attentionexplorer.step_chart"' in html   # a method added with @patch: nbdev's own entry, not a second one

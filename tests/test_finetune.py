@@ -21,8 +21,9 @@ pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.fixture(scope='module')
-def tok():
-    return get_tokenizer('english')
+def tok(english_tokenizer):
+    "The session's English tokenizer (conftest.py), under this file's short name."
+    return english_tokenizer
 
 
 @pytest.fixture(scope='module')

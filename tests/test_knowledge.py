@@ -1,16 +1,18 @@
 """Knowledge probes: the single-token answer filter (WordPiece and byte-level BPE), the probe's ranks, knowledge
-injection, and analyze_knowledge's outputs. That a model pre-trained on injected facts learns them (and not the held-out
-ones) is the last example of nbs/12_knowledge.ipynb, run by nbdev_test in CI: about 750 steps of pre-training."""
+injection, and the outputs of analyze(run, 'knowledge'). That a model pre-trained on injected facts learns them (and
+not the held-out ones) is the last example of nbs/12_knowledge.ipynb, run by nbdev_test in CI: about 750 steps of
+pre-training."""
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from nl_embryo.analysis import analyze
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.corpora import CORPORA, get_tokenizer
-from nl_embryo.knowledge import (RELATIONS, load_facts, fact_queries, single_token_counts, train_byte_bpe, knowledge_probe,
-                                 knowledge_scores, split_facts, inject_facts, fact_sentences, analyze_knowledge,
+from nl_embryo.knowledge import (RELATIONS, load_facts, fact_queries, single_token_counts, train_byte_bpe, knowledge_checkpoint,
+                                 knowledge_scores, split_facts, inject_facts, fact_sentences,
                                  knowledge_predictions, top_predictions_table)
 
 CAPITALS = pd.DataFrame(dict(relation='capital', subject=['France', 'Italy', 'Burkina Faso', 'Chad', 'Peru'],
@@ -61,7 +63,7 @@ def test_probe_ranks_scores_and_errors():
     from nl_embryo.models import build_model
     torch.manual_seed(0)
     model = build_model('bert', 'tiny', vocab_size=len(tok), max_position=32).eval()
-    p = knowledge_probe(model, tok, CAPITALS, top_k=5)
+    p = knowledge_checkpoint(model, tok, CAPITALS, top_k=5)
     q = fact_queries(CAPITALS, tok)
     for r, qq in zip(p.itertuples(), q.itertuples()):       # rank by hand from the full logits
         with torch.no_grad(): logits = model(input_ids=torch.tensor([qq.input_ids])).logits[0, qq.mask_index]
@@ -69,7 +71,7 @@ def test_probe_ranks_scores_and_errors():
         assert r.rank == int((logits > logits[qq.target_id]).sum()) + 1 and len(r.top) == 5
     s = knowledge_scores(p).set_index(['relation', 'metric']).value
     assert np.isclose(s['capital', 'mrr'], (1 / p['rank']).mean()) and np.isclose(s['mean', 'p@10'], (p['rank'] <= 10).mean())
-    with pytest.raises(NlEmbryoError, match='masked-LM head'): knowledge_probe(model.bert, tok, CAPITALS)
+    with pytest.raises(NlEmbryoError, match='masked-LM head'): knowledge_checkpoint(model.bert, tok, CAPITALS)
     with pytest.raises(NlEmbryoError, match='unknown relation'): fact_queries(CAPITALS.assign(relation='wife'), tok)
     with pytest.raises(NlEmbryoError, match='template set'): fact_queries(CAPITALS, tok, 'some')
     with pytest.raises(NlEmbryoError, match='rate'): inject_facts(CAPITALS, rate=1.5)
@@ -93,10 +95,10 @@ def test_injected_corpus_mixes_paraphrases_at_the_rate_and_keeps_held_out_facts_
 
 
 @pytest.fixture(scope='module')
-def facts_run(tmp_path_factory):
+def facts_run(tmp_path_factory, english_tokenizer):
     "A few steps of pre-training a tiny BERT on a facts-heavy corpus (90% fact sentences, 12 facts): outputs, not learning."
     from nl_embryo.pretrain import PretrainConfig, pretrain
-    tok = get_tokenizer('english')
+    tok = english_tokenizer
     facts = load_facts(['city_country', 'language', 'currency'])
     ok = fact_queries(facts, tok, 'all')[['relation', 'subject']].drop_duplicates()
     facts = facts.merge(ok).groupby('relation').head(4)
@@ -116,13 +118,13 @@ def test_a_model_at_step_0_knows_no_fact(facts_run):
     assert set(p['step']) == {0, STEPS} and (p['rank'] >= 1).all()
 
 
-def test_analyze_knowledge_writes_tidy_scores_and_charts(facts_run, tmp_path):
+def test_analyze_writes_tidy_knowledge_scores_and_charts(facts_run, tmp_path):
     from nl_embryo.analysis import report_section
     from nl_embryo.timeline import Run
     run, facts = facts_run
     run = Run(run)
     assert 'nl-embryo analyze' in report_section(run, 'knowledge').markdown()     # no table yet: the section says how to compute one
-    scores = analyze_knowledge(run, quiet=True, facts=facts)
+    scores = analyze(run, 'knowledge', progress=False, data=[facts])
     assert list(scores.columns) == ['step', 'options', 'relation', 'metric', 'value', 'lo', 'hi', 'n'] and set(scores.metric) == {'p@1', 'p@10', 'mrr', 'prior_p@1'}   # and the answer prior's P@1, the baseline
     assert scores.step.unique().tolist() == [0, STEPS]
     assert run.table('knowledge').equals(scores)

@@ -1,8 +1,11 @@
-"""Model builders: every architecture builds, runs, round-trips through save/load; shared embeddings; sizes; FLOPs; errors."""
-import copy, dataclasses
+"""Model builders: every architecture builds, runs, round-trips through save/load; shared embeddings; sizes; FLOPs; errors;
+safetensors only: pickled weights are refused without unpickling, a trusted state dict is converted (on a checkpoint of
+the shared `reference` run of conftest.py)."""
+import copy, dataclasses, shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, ElectraForTokenClassification, AlbertForTokenClassification
 
 from nl_embryo.core import NlEmbryoError
@@ -195,3 +198,35 @@ def test_mlm_head_alone_matches_forward(models, arch):
     with torch.no_grad():
         h = m.base_model(input_ids=ids).last_hidden_state
         assert torch.allclose(mlm_head(m)(h), m(input_ids=ids).logits, atol=1e-5)
+
+
+# --- safetensors only --------------------------------------------------------------------------------------------
+
+class _WritesAFile:
+    "Unpickling this writes a file."
+    def __init__(self, path): self.path = str(path)
+    def __reduce__(self): return (exec, (f"open({self.path!r}, 'w').write('pwned')",))
+
+
+def test_pickled_weights_are_refused_without_unpickling(tmp_path, reference):
+    from nl_embryo.models import load_model, convert_to_safetensors
+    from nl_embryo.timeline import Run
+    folder = tmp_path/'model'; shutil.copytree(reference/'checkpoints'/'step4', folder)
+    (folder/'model.safetensors').unlink()
+    marker = tmp_path/'pwned'
+    torch.save({'w': _WritesAFile(marker)}, folder/'pytorch_model.bin')
+    with pytest.raises(NlEmbryoError, match='no safetensors weights') as e: load_model(folder)
+    assert 'convert_to_safetensors' in e.value.fix
+    with pytest.raises(NlEmbryoError, match='no safetensors weights'): Run(folder).load()
+    with pytest.raises(NlEmbryoError, match=r'the pickle names \S*exec'): convert_to_safetensors(folder)
+    assert not marker.exists() and not (folder/'model.safetensors').exists()
+
+
+def test_a_trusted_state_dict_converts_and_loads(tmp_path, reference):
+    from nl_embryo.models import load_model, convert_to_safetensors
+    folder = tmp_path/'model'; shutil.copytree(reference/'checkpoints'/'step4', folder)
+    sd = load_file(str(folder/'model.safetensors')); (folder/'model.safetensors').unlink()
+    torch.save(sd, folder/'pytorch_model.bin')
+    convert_to_safetensors(folder)
+    m = load_model(folder)
+    for k, v in sd.items(): assert torch.equal(m.state_dict()[k], v), k

@@ -1,22 +1,23 @@
-"""Integration and fault tests of pre-training: exact resume after SIGKILL, 2-process Accelerate, bad input."""
-import json, os, signal, subprocess, time, errno
+"""Integration and fault tests of pre-training: exact resume after SIGKILL, 2-process Accelerate, --resume after a NaN with
+another learning rate, clipping and schedule, what --resume refuses to change, metrics rewritten atomically on resume,
+bad input named before anything is written."""
+import json, os, signal, subprocess, time, errno, shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from conftest import nl_embryo_cmd, poison_mlm_loss, BIN
+from conftest import nl_embryo_cmd, poison_mlm_loss, BIN, cli, train, weights
 from nl_embryo.core import NlEmbryoError
-from nl_embryo.pretrain import PretrainConfig, pretrain, list_checkpoints
+from nl_embryo.pretrain import PretrainConfig, pretrain
+from nl_embryo.checkpoints import list_checkpoints
+import nl_embryo.pretrain as P
+
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 TINY = dict(corpus='nested-zipf', block_size=32, corpus_tokens=40_000, batch_size=8, lr=2e-3, preset='tiny')
 CLI_TINY = ['--corpus', 'nested-zipf', '--block-size', 32, '--corpus-tokens', 40_000, '--batch-size', 8, '--lr', 2e-3, '--preset', 'tiny']
-
-
-def weights(run, step):
-    return load_file(str(Path(run)/'checkpoints'/f'step{step}'/'model.safetensors'))
 
 
 def test_kill_and_resume_is_exact(tmp_path, small_corpus):
@@ -153,3 +154,58 @@ def test_tokenizer_mismatch_is_refused(small_corpus):
     from nl_embryo.models import build_model, check_tokenizer_matches
     with pytest.raises(NlEmbryoError, match='vocab_size=500 but the tokenizer has 8000'):
         check_tokenizer_matches(build_model('bert', 'tiny', vocab_size=500), small_corpus.tokenizer())
+
+
+# --- --resume with another learning rate, clipping or schedule; what it refuses; the metrics it rewrites -------------
+
+def test_nan_advice_works_resume_with_a_lower_lr(tmp_path, small_corpus, monkeypatch):
+    poison_mlm_loss(monkeypatch, at_call=4)
+    run = tmp_path/'run'
+    with pytest.raises(NlEmbryoError, match=r'loss became nan at step 4.*last good checkpoint is step2') as e:
+        train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0)
+    assert 'lower --lr' in e.value.fix and '--resume' in e.value.fix
+    monkeypatch.undo()                                           # the cause of the NaN is gone
+    train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0, lr=1e-3, max_grad_norm=0.5, schedule='cosine', resume=True)
+    info = json.loads((run/'config.json').read_text())
+    assert info['history'] == [dict(from_step=0, lr=2e-3, schedule='triangle', warmup=0.5, max_grad_norm=1.0),
+                               dict(from_step=2, lr=1e-3, schedule='cosine', warmup=0.5, max_grad_norm=0.5)]
+    m = [json.loads(l) for l in (run/'metrics.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in m] == list(range(7))
+    assert m[3]['lr'] == pytest.approx(1e-3 * P.lr_at(2, 6, 3, 'cosine'))       # step 3 trained with the new segment
+    assert list(list_checkpoints(run)) == [0, 2, 4, 6]
+
+
+def test_resume_refuses_data_model_and_batch_changes(tmp_path, reference):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    for bad, said in [(dict(batch_size=16), 'batch_size (8 -> 16)'), (dict(seed=1), 'seed (0 -> 1)'), (dict(preset='tiny'), "preset ('mini' -> 'tiny')")]:
+        with pytest.raises(NlEmbryoError, match=r'--resume cannot change') as e: train(run, steps=6, resume=True, **bad)
+        assert said in str(e.value) and '--lr' in e.value.fix
+    assert list(list_checkpoints(run)) == [0, 2, 4]
+
+
+def test_metrics_are_rewritten_atomically_on_resume(tmp_path, reference, monkeypatch):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    written = []
+    real = P.atomic_write_text
+    monkeypatch.setattr(P, 'atomic_write_text', lambda path, text: written.append(Path(path).name) or real(path, text))
+    train(run, steps=6, checkpoints='0,2,4,6', resume=True)
+    assert 'metrics.jsonl' in written
+    assert [json.loads(l)['step'] for l in (run/'metrics.jsonl').read_text().splitlines()] == list(range(7))
+
+
+# --- bad input named before anything is written --------------------------------------------------------------------
+
+@pytest.mark.parametrize('flags, said', [(['--lr', 'nan'], '--lr nan is not a learning rate'), (['--lr', '-1'], '--lr -1.0 is not a learning rate'),
+                                         (['--batch-size', '0'], '--batch-size 0 must be at least 1'),
+                                         (['--max-grad-norm', 'nan'], '--max-grad-norm nan')])
+def test_bad_pretrain_numbers_are_named_before_anything_is_written(tmp_path, capsys, flags, said):
+    rc, err = cli(capsys, 'pretrain', '--preset', 'mini', '--corpus', 'nested-zipf', '--out', tmp_path/'run', *flags)
+    assert rc == 2 and said in err and 'fix:' in err and 'Traceback' not in err
+    assert not (tmp_path/'run').exists()
+
+
+def test_out_pointing_to_a_file(tmp_path, capsys):
+    (tmp_path/'notes.txt').write_text('mine')
+    rc, err = cli(capsys, 'pretrain', '--preset', 'mini', '--out', tmp_path/'notes.txt')
+    assert rc == 2 and 'is a file, not a folder' in err
+    assert (tmp_path/'notes.txt').read_text() == 'mine'

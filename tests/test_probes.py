@@ -1,5 +1,5 @@
 """Tests of the probes chapter that do not fit the notebook: planted signals for every solver, selectivity, alignment of
-multi-piece words against a direct computation, streaming, the cache of analyze_probes, bad input, offline charts."""
+multi-piece words against a direct computation, streaming, the cache of analyze(run, 'probes'), bad input, offline charts."""
 import subprocess
 
 import numpy as np
@@ -7,11 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
+from nl_embryo.analysis import analyze
 from nl_embryo.core import NlEmbryoError, autocast_dtype
 from nl_embryo.corpora import get_tokenizer
 from nl_embryo.models import build_model
-from nl_embryo.probes import (ProbeTask, align_words, analyze_probes, classification_scores, control_labels, extract_features,
-                              fit_probes, probe_analysis, probe_scores, probe_task, words_frame, PROBE_TASKS)
+from nl_embryo.probes import (ProbeTask, align_words, classification_scores, control_labels, extract_features,
+                              fit_probes, probe_scores, probe_task, probes_checkpoint, words_frame, PROBE_TASKS)
 from nl_embryo.pretrain import PretrainConfig, pretrain
 from nl_embryo.timeline import Run
 
@@ -69,8 +70,8 @@ def test_control_labels_are_a_function_of_the_type():
 
 
 @pytest.fixture(scope='module')
-def tiny_model():
-    tok = get_tokenizer('english')
+def tiny_model(english_tokenizer):
+    tok = english_tokenizer
     torch.manual_seed(0)
     return build_model('bert', 'tiny', vocab_size=len(tok)).eval(), tok
 
@@ -122,7 +123,7 @@ def test_one_class_task_is_refused(tiny_model):
     task = probe_task('pos', n_words=200)
     task.targets['label'] = 'NOUN'
     with pytest.raises(NlEmbryoError, match='single class'):
-        probe_analysis(model, tok, task.data())
+        probes_checkpoint(model, tok, task.data())
     with pytest.raises(NlEmbryoError, match='single class'):
         fit_probes(np.zeros((10, 2, 3), np.float32), np.zeros(10, int))
 
@@ -150,10 +151,11 @@ def test_unalignable_words(tiny_model):
         extract_features(model, tok, task2)
 
 
-def test_unknown_names():
+def test_unknown_names(tmp_path):
     with pytest.raises(NlEmbryoError, match='unknown probing task'): probe_task('klingon')
     with pytest.raises(NlEmbryoError, match='unknown probe solver'): fit_probes(*planted(n=50), solver='newton')
-    with pytest.raises(NlEmbryoError, match='unknown probing task'): analyze_probes('.', tasks=('pos', 'ner'))
+    (tmp_path/'checkpoints').mkdir()      # a run folder with no checkpoint: bad task names are named before anything is read
+    with pytest.raises(NlEmbryoError, match='unknown probing task'): analyze(tmp_path, 'probes', tasks=('pos', 'ner'))
 
 
 @pytest.mark.parametrize('name', list(PROBE_TASKS))
@@ -178,8 +180,8 @@ def short_run(tmp_path_factory):
     return Run(pretrain(PretrainConfig(out=str(out), corpus='english', steps=4, batch_size=4, checkpoints='0,2,4', eval_batches=1), quiet=True))
 
 
-def test_analyze_probes_writes_and_caches(short_run, monkeypatch):
-    df = analyze_probes(short_run, tasks=('pos', 'tr-pos'), n_words=500, quiet=True)
+def test_analyze_writes_probes_and_caches(short_run, monkeypatch):
+    df = analyze(short_run, 'probes', tasks=('pos', 'tr-pos'), n_words=500, progress=False)
     assert set(df.step) == {0, 2, 4} and set(df.task) == {'pos', 'tr-pos'} and set(df.layer) == set(range(5))
     assert {'step', 'task', 'layer', 'metric', 'value', 'n_train', 'n_test', 'n_labels'} <= set(df.columns)
     assert {'accuracy', 'f1_micro', 'f1_macro', 'control_accuracy', 'selectivity', 'majority'} <= set(df.metric)
@@ -190,11 +192,11 @@ def test_analyze_probes_writes_and_caches(short_run, monkeypatch):
     # the cache answers without loading a checkpoint, with an identical frame
     def boom(*a, **k): raise AssertionError('a checkpoint was loaded')
     monkeypatch.setattr(Run, 'load', boom)
-    again = analyze_probes(short_run.path, tasks=('pos', 'tr-pos'), n_words=500, quiet=True, charts=False)
+    again = analyze(short_run.path, 'probes', tasks=('pos', 'tr-pos'), n_words=500, progress=False, charts=False)
     assert again.equals(df)
     # another task is added to the parquet file; the rows of the earlier tasks stay
     monkeypatch.undo()
-    analyze_probes(short_run, tasks=('pos-full',), n_words=500, steps=[4], quiet=True, charts=False)
+    analyze(short_run, 'probes', tasks=('pos-full',), n_words=500, steps=[4], progress=False, charts=False)
     assert set(pd.read_parquet(a/'probes.parquet').task) == {'pos', 'tr-pos', 'pos-full'}
     # the report section reads the table: every task, the charts and the values
     from nl_embryo.analysis import report_section
@@ -206,7 +208,7 @@ def test_analyze_probes_writes_and_caches(short_run, monkeypatch):
 def test_folder_without_checkpoints_is_refused(tmp_path):
     (tmp_path/'checkpoints').mkdir()
     with pytest.raises(NlEmbryoError, match='no complete checkpoint'):
-        analyze_probes(tmp_path, quiet=True)
+        analyze(tmp_path, 'probes', progress=False)
 
 
 from conftest import CHROMIUM, require_browser

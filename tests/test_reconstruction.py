@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 import nl_embryo.reconstruction as R
+from nl_embryo.analysis import analyze
 from nl_embryo.core import NlEmbryoError
-from nl_embryo.corpora import get_tokenizer
 from nl_embryo.models import quiet_transformers
 from nl_embryo.probes import align_words
-from nl_embryo.reconstruction import (FREQUENCY_BINS, POS_CLASSES, _all_pieces_correct, analyze_reconstruction, pos_class,
+from nl_embryo.reconstruction import (FREQUENCY_BINS, POS_CLASSES, _all_pieces_correct, pos_class,
                                       reconstruction_data, rescale_by_final, train_copy_model, word_correctness)
 from nl_embryo.timeline import Run
 
@@ -19,8 +19,9 @@ pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.fixture(scope='module')
-def tok():
-    return get_tokenizer('english')
+def tok(english_tokenizer):
+    "The session's English tokenizer (conftest.py), under this file's short name."
+    return english_tokenizer
 
 
 @pytest.fixture(scope='module')
@@ -47,7 +48,7 @@ def test_copy_model_through_the_timeline(tmp_path, tok, small, copier):
     with quiet_transformers(): copier.save_pretrained(folder)
     tok.save_pretrained(folder)
     run = Run(folder)                                                           # a model folder: a one-step run
-    df = analyze_reconstruction(run, per_group=12, seed=5, quiet=True)
+    df = analyze(run, 'reconstruction', per_group=12, seed=5, progress=False)
     acc = df[df.metric == 'accuracy'].set_index(['task', 'grouping', 'group'])
     assert acc.loc[('reconstruction', 'all', 'all'), 'value'] == 1.0
     assert (acc.loc['reconstruction'].query('n > 0').value == 1.0).all()
@@ -61,7 +62,7 @@ def test_copy_model_through_the_timeline(tmp_path, tok, small, copier):
     # a second call is answered from the cache: no checkpoint is loaded, the frame is identical
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))
-        assert analyze_reconstruction(run, per_group=12, seed=5, quiet=True, charts=False).equals(df)
+        assert analyze(run, 'reconstruction', per_group=12, seed=5, progress=False, charts=False).equals(df)
 
 
 def test_whole_word_exact_match():
@@ -120,7 +121,7 @@ def test_model_without_mlm_head_is_refused(tmp_path, tok, small, monkeypatch):
     tok.save_pretrained(folder)
     monkeypatch.setattr(Run, 'load', lambda *a, **k: pytest.fail('a checkpoint was loaded'))
     with pytest.raises(NlEmbryoError, match='without a masked-LM head'):
-        analyze_reconstruction(folder)
+        analyze(folder, 'reconstruction')
     with pytest.raises(NlEmbryoError, match='no masked-LM head'):
         word_correctness(BertModel(cfg).eval(), tok, small)
 
@@ -133,4 +134,4 @@ def test_empty_request_is_refused():
 def test_folder_without_checkpoints_is_refused(tmp_path):
     (tmp_path/'checkpoints').mkdir()
     with pytest.raises(NlEmbryoError, match='no complete checkpoint'):
-        analyze_reconstruction(tmp_path, quiet=True)
+        analyze(tmp_path, 'reconstruction', progress=False)

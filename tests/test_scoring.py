@@ -8,17 +8,17 @@ import pytest
 import torch
 
 from nl_embryo.core import NlEmbryoError
-from nl_embryo.corpora import get_tokenizer
 from nl_embryo.models import build_model
-from nl_embryo.scoring import masked_pll, script_pll, sentence_scores, read_torch_zip, antiberty_dir, load_antiberty, compare_pll
+from nl_embryo.torchzip import read_torch_zip
+from nl_embryo.scoring import masked_pll, script_pll, sentence_scores, antiberty_dir, load_antiberty, compare_pll
 
 SENTENCES = ['The committee approved the proposal yesterday .', 'Unbelievably , the metamorphosis happened overnight .',
              'It was .', 'Congress shall make no law respecting an establishment of religion .']
 
 
 @pytest.fixture(scope='module')
-def bert():
-    tok = get_tokenizer('english')
+def bert(english_tokenizer):
+    tok = english_tokenizer
     torch.manual_seed(0)
     model = build_model('bert', 'tiny', vocab_size=len(tok), max_position=64).eval()
     return model, tok

@@ -166,3 +166,20 @@ def test_glue_with_a_fake_datasets(monkeypatch):
     t = T.load_glue('mrpc', seed=1)
     assert t.kind == 'pair' and t.metric == 'f1' and t.sizes == {'train': 45, 'dev': 5, 'test': 2}
     assert t.split('test')[0] == [('x', 'z'), ('y', 'w')]
+
+
+def test_a_task_file_with_too_few_rows_names_the_minimum(tmp_path):
+    from nl_embryo.tasks import task_from_file, MIN_TASK_ROWS
+    pd.DataFrame({'text': ['good film', 'bad film'], 'label': [1, 0]}).to_csv(tmp_path/'two.csv', index=False)
+    with pytest.raises(NlEmbryoError, match=r'2 usable row\(s\), split 2 train / 0 dev / 0 test: the dev and test split\(s\) would be empty') as e:
+        task_from_file(tmp_path/'two.csv')
+    assert f'at least {MIN_TASK_ROWS} rows' in e.value.fix
+    pd.DataFrame({'text': [f't{i}' for i in range(MIN_TASK_ROWS)], 'label': [0, 1] * (MIN_TASK_ROWS // 2)}).to_csv(tmp_path/'ten.csv', index=False)
+    assert min(task_from_file(tmp_path/'ten.csv').sizes.values()) >= 1
+
+
+def test_a_non_utf8_task_file_says_save_it_as_utf8(tmp_path):
+    from nl_embryo.tasks import task_from_file
+    (tmp_path/'latin.csv').write_bytes('text,label\ncaf\xe9 cr\xe8me,1\nna\xefve,0\n'.encode('latin-1'))
+    with pytest.raises(NlEmbryoError, match='is not UTF-8 text') as e: task_from_file(tmp_path/'latin.csv')
+    assert 'save it as UTF-8' in e.value.fix
