@@ -182,8 +182,8 @@ def test_chapter_pages_have_the_api_reference(site):
     assert '<h3 id="attentionexplorer.step_chart"' in html   # a method added with @patch: nbdev's own entry, not a second one
     assert html.count('>source</a>') >= 10 and '#LNone' not in html
     timeline = (site/'timeline.html').read_text(encoding='utf-8')
-    for m in ('map', 'load', 'metrics', 'steps'):
-        assert f'<h4 id="run.{m}"' in timeline, m
+    for m in ('map', 'load', 'metrics', 'steps'):     # a method in the class body: h4; one added with @patch: nbdev's own h3 entry
+        assert f'<h4 id="run.{m}"' in timeline or f'<h3 id="run.{m}"' in timeline, m
     assert '<h4 id="run._checkpoint_id"' not in timeline   # private methods stay out
 
 
