@@ -79,7 +79,8 @@ def _analyze(args):
     from nl_embryo.analysis import analyses, analyze
     from nl_embryo.timeline import Run
     steps = _parse_steps(args.steps)            # bad input is named before anything is read
-    run = Run(args.run)
+    run = Run(args.run, out=args.out)
+    if not run.source.owned: print(f"{run.path}: {run.source.kind}, {len(run.steps())} checkpoint(s); analyses -> {run.analysis_dir}")
     reg = analyses()
     chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
     if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
@@ -98,7 +99,9 @@ def _add_analyze(sub):
     a = sub.add_parser('analyze', help='run embryology analyses over the checkpoints of a run (cached per checkpoint)',
                        description='Run the registered analyses over the checkpoints of a run: their tables accumulate in RUN/analysis/ '
                                    '(more steps or other options add rows), cached per checkpoint.', allow_abbrev=False)
-    a.add_argument('run', metavar='RUN', help='a run folder (or a model folder, as a one-step run)')
+    a.add_argument('run', metavar='RUN', help='a run folder of nl_embryo, a Trainer output folder, step folders, a hub-cache repository, a mapping file or a model folder')
+    a.add_argument('--out', default=None, metavar='DIR', help='where the analyses of checkpoints nl_embryo did not write go (default: a folder of the data '
+                   'cache, printed by nl-embryo timeline); nothing is written into them')
     for name, an in reg.items():
         if an.cli and an.cli.get('option'):
             a.add_argument(f'--{name}', nargs='?', const=True, default=None, metavar=an.cli.get('metavar', 'VALUE'),
@@ -108,6 +111,38 @@ def _add_analyze(sub):
     a.add_argument('--quiet', action='store_true', help='no progress bars')
     a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
     a.set_defaults(func=_analyze)
+
+# %% ../nbs/15_cli.ipynb #3bd20e4d
+def _timeline(args):
+    "`nl-embryo timeline PATH`: what a path holds, before anything runs."
+    from nl_embryo.timeline import Run
+    run = Run(args.path, out=args.out)
+    src = run.source
+    print(f"{run.path}: {src.kind}{' (nl_embryo run)' if src.owned else ''}; {len(run.steps())} checkpoint(s) to analyse")
+    if src.owned:
+        for s in run.steps(): print(f"  step {s:>8}  {run.checkpoint(s)}")
+        for s, why in run.damaged().items(): print(f"  step {s:>8}  skipped: {why}")
+    else:
+        t = src.table()
+        print(t.drop(columns='skipped').to_string(index=False))
+        for _, r in t[t['skipped'] != ''].iterrows(): print(f"  step {r['step']} skipped: {r['skipped']}")
+        for n in src.notes: print(f"  note: {n}")
+        print(f"training metrics: {src.trainer_state or 'none recorded'}")
+        if not args.no_record: run.record_listing()
+    print(f"analyses -> {run.analysis_dir}")
+
+def _add_timeline(sub):
+    "`nl-embryo timeline`: list a timeline's checkpoints (steps, folders, weights, model class, tokens, what is skipped)."
+    t = sub.add_parser('timeline', help='list what a path holds: steps, folders, weights, model class, tokens, what is skipped and why',
+                       description='List a timeline before analysing it: nl_embryo run folders, Trainer output folders (checkpoint-N/), '
+                                   'step folders (step1000, step_20k, step1000-tokens4B, ...-seed_0-step_20k), a hub-cache repository '
+                                   'with step revisions, or a mapping file (step,path[,tokens]). Nothing is loaded; for sources nl_embryo '
+                                   'did not write, the content of each checkpoint is recorded in the analysis folder, so a checkpoint '
+                                   'that changes later is caught.', allow_abbrev=False)
+    t.add_argument('path', metavar='PATH', help='the timeline')
+    t.add_argument('--out', default=None, metavar='DIR', help='the analysis folder to use for it (default: printed)')
+    t.add_argument('--no-record', action='store_true', help="do not hash the checkpoints' weights now (they are hashed when first analysed)")
+    t.set_defaults(func=_timeline)
 
 # %% ../nbs/15_cli.ipynb #f957fac7
 def _docs(args):
@@ -188,6 +223,7 @@ def make_parser() -> argparse.ArgumentParser:
     _add_pretrain(sub)
 
     _add_analyze(sub)
+    _add_timeline(sub)
 
     from nl_embryo.batch import add_sweep_parser
     add_sweep_parser(sub)

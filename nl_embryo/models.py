@@ -363,20 +363,29 @@ def check_safetensors_weights(path,         # a model folder (config.json and we
     raise NlEmbryoError(f"{path} holds no safetensors weights{' (only ' + ', '.join(other) + ')' if other else ''}: nl_embryo loads "
                         f"safetensors only, because pickled weights can run code when they are loaded",
                         f"if you trust the files, convert them once: python -c \"from nl_embryo.models import convert_to_safetensors; "
-                        f"convert_to_safetensors('{path}')\" (it reads the tensors of pytorch_model.bin without unpickling and writes "
-                        f"model.safetensors next to it)")
+                        f"convert_to_safetensors('{path}', out='{path}-safetensors')\" (it reads the tensors of pytorch_model.bin without "
+                        f"unpickling and writes model.safetensors, the config and the tokenizer into the new folder, leaving this one as it is; "
+                        f"without out= it writes model.safetensors next to pytorch_model.bin)")
 
 # %% ../nbs/03_models.ipynb #ce5cd0c9
-def convert_to_safetensors(folder,                              # the model folder; `model.safetensors` is written into it
+def convert_to_safetensors(folder,                              # the model folder that holds the `torch.save` state dict
                            source: str = 'pytorch_model.bin',   # the file name of the `torch.save` state dict in `folder`
+                           out=None,                            # where to write: None writes `model.safetensors` into `folder`; a folder gets it with copies of the config and tokenizer files (for a source that must stay untouched)
                           ) -> Path:                            # the `model.safetensors` written
     """Write `model.safetensors` from the `torch.save` state dict `folder/source`, read without unpickling
-    (`nl_embryo.torchzip.read_torch_zip` replays the pickle and accepts nothing but tensors). Run it on files you trust."""
+    (`nl_embryo.torchzip.read_torch_zip` replays the pickle and accepts nothing but tensors). Run it on files you trust.
+    With `out`, the folder is left as it was: the weights, `config.json` and the tokenizer files go to `out`."""
     from safetensors.torch import save as to_bytes
     folder = Path(folder); src = folder/source
     if not src.is_file(): raise NlEmbryoError(f"{src} does not exist", f"pass the folder that holds {source} (or source='NAME')")
     tensors = {k: v.contiguous() for k, v in read_torch_zip(src).items()}
-    return atomic_write_bytes(folder/'model.safetensors', to_bytes(tensors, metadata={'format': 'pt'}))
+    dest = folder if out is None else Path(out)
+    if out is not None:
+        dest.mkdir(parents=True, exist_ok=True)
+        for p in folder.iterdir():       # the config and the tokenizer: text files, never a pickle
+            if p.is_file() and p.suffix in ('.json', '.txt', '.model') and p.name != 'trainer_state.json':
+                atomic_write_bytes(dest/p.name, p.read_bytes())
+    return atomic_write_bytes(dest/'model.safetensors', to_bytes(tensors, metadata={'format': 'pt'}))
 
 # %% ../nbs/03_models.ipynb #3a0fdd0e
 def load_model(path,       # a checkpoint folder written by `save_pretrained`

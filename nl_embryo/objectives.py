@@ -12,11 +12,11 @@ from .corpora import SPECIAL_TOKENS
 from .models import mlm_head, split_mlm_head
 
 # %% auto #0
-__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_PROB', 'MASK_SPLIT', 'EVAL_MASK_SPLIT',
-           'LEGACY_EVAL_SPLIT', 'OBJECTIVES', 'step_generator', 'parse_mask_split', 'format_mask_split',
-           'eval_split_of', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective', 'masked_ce',
-           'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective', 'linear_logsumexp',
-           'script_log_z']
+__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_PROB', 'PLATEAU_MARGIN', 'MASK_SPLIT',
+           'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT', 'OBJECTIVES', 'step_generator', 'parse_mask_split',
+           'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
+           'masked_ce', 'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective',
+           'linear_logsumexp', 'script_log_z']
 
 # %% ../nbs/04a_objectives.ipynb #c2c9bf18
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -31,6 +31,7 @@ def step_generator(seed: int,           # the run's seed
 
 # %% ../nbs/04a_objectives.ipynb #7e5b9e00
 MASK_PROB = 0.15               # BERT: the share of tokens selected for prediction; every `mask_prob` default reads it
+PLATEAU_MARGIN = 0.1           # nats below the unigram entropy that count as having left the unigram plateau
 MASK_SPLIT = (0.8, 0.1, 0.1)   # BERT: of the selected tokens, 80% become [MASK], 10% a random token, 10% stay
 # The eval batches [MASK] every selected token: with 80/10/10, 10% of the scored positions show their own token, which a
 # model learns to copy and the context-free unigram predictor cannot see, so the distance below the unigram entropy

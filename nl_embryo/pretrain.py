@@ -21,14 +21,14 @@ from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_te
 from .corpora import SPECIAL_TOKENS, CORPORA, load_corpus
 from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, POSITION_INITS, is_pair,
                               split_mlm_head, build_model, check_tokenizer_matches, set_attention, count_parameters, training_flops)
-from .objectives import (EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
+from .objectives import (EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
                                   parse_mask_split, step_generator, word_start_table)
 from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model, optimizer_from_safetensors,
                                    remove_interrupted_saves, save_checkpoint, verify_checkpoint)
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'PLATEAU_MARGIN', 'Lamb', 'make_optimizer',
-           'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
+__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'Lamb', 'make_optimizer', 'lr_at',
+           'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
            'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
            'training_attention', 'pretrain']
 
@@ -318,8 +318,6 @@ def unigram_entropy(eval_blocks,             # the corpus' eval blocks
         _, _, sel = mask_tokens(ids, len(lp), step_generator(seed, -1 - i), mask_prob, word_starts)
         if sel.any(): per_batch.append(-float(lp[ids[sel]].double().mean()))
     return float(np.mean(per_batch)) if per_batch else float('nan')
-
-PLATEAU_MARGIN = 0.1   # nats below the unigram entropy that count as having left the plateau
 
 # %% ../nbs/04_pretrain.ipynb #a2b08b75
 class _ObjectiveModule(torch.nn.Module):

@@ -13,13 +13,13 @@ import pandas as pd
 
 from .core import NlEmbryoError, get_device
 from .timeline import PHASE_DETECTORS, Run, fingerprint, options_key
-from .stats import interval_columns
-from .charts import save_chart, use_theme
+from .stats import interval_columns, t_interval
+from .charts import save_chart, use_theme, step_axis
 from .models import quiet_transformers
 
 # %% auto #0
 __all__ = ['ANALYSES', 'NEEDS', 'Analysis', 'register', 'get_analysis', 'check_needs', 'part_for', 'analysis_tables', 'analyze',
-           'Section', 'report_section', 'show_section']
+           'run_labels', 'analyze_runs', 'runs_chart', 'Section', 'report_section', 'show_section']
 
 # %% ../nbs/05b_registry.ipynb #2e639d8e
 @dataclass
@@ -184,6 +184,51 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
     if charts and a.files: a.files(run, tables)
     if progress: print(f"{a.name}: {new['step'].nunique()} step(s), {len(new):,} rows -> {run.table_path(a.name)} ({time.perf_counter() - t0:.0f} s)")
     return parts[a.name].reset_index(drop=True)
+
+# %% ../nbs/05b_registry.ipynb #d3cee55d
+def run_labels(runs,  # a dict {label: run}, or a list of runs (`Run`s or paths)
+              ) -> dict:  # {label: Run}
+    "Label each run: the dict's keys, else each source's folder name (made unique with its parent's name where two agree)."
+    if isinstance(runs, dict): return {str(k): Run.coerce(v) for k, v in runs.items()}
+    runs = [Run.coerce(r) for r in runs]
+    names = [r.path.stem for r in runs]
+    out = {}
+    for r, n in zip(runs, names):
+        label = n if names.count(n) == 1 else f"{r.path.parent.name}/{n}"
+        while label in out: label += "'"
+        out[label] = r
+    return out
+
+def analyze_runs(runs,                 # a dict {label: run} or a list of runs (`Run`s or paths: any timeline)
+                 name,                 # the analysis: a registered name or an `Analysis`
+                 steps=None,           # the steps of every run (None: each run's own)
+                 progress: bool = True,  # progress bars and a line per run
+                 **options,            # the analysis's options, the same for every run
+                ) -> pd.DataFrame:     # the main table's rows of every run, with a `run` column first
+    "Run analysis `name` over each run with the same options; one tidy frame with a `run` column (each run keeps its own tables and cache)."
+    frames = []
+    for label, run in run_labels(runs).items():
+        df = analyze(run, name, steps=steps, progress=progress, **options)
+        frames.append(df.assign(run=label)[['run', *df.columns]])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['run', 'step'])
+
+def runs_chart(df: pd.DataFrame,      # a frame with `run`, `step` and `value` columns, filtered to one quantity (e.g. one metric and layer)
+               title: str = '',       # the chart's title
+               value: str = 'value',  # the column plotted
+              ):                      # an Altair chart: a line per run, and the mean over runs with its t interval as a band
+    "One line per run over the steps, and a band: the mean over runs at each step with Student's t interval (at least two runs)."
+    import altair as alt
+    if df.empty or not {'run', 'step', value} <= set(df.columns):
+        raise NlEmbryoError(f"runs_chart needs rows with run, step and {value} columns", "pass the frame of analyze_runs, filtered to one quantity")
+    d = df.groupby(['run', 'step'], as_index=False)[value].mean()
+    band = pd.DataFrame([dict(step=s, mean=m, lo=lo, hi=hi, n_runs=len(g)) for s, g in d.groupby('step')
+                         for m, lo, hi in [t_interval(g[value])]])
+    x = step_axis(d['step'])
+    lines = alt.Chart(d).mark_line(point=True, opacity=0.8).encode(x=x, y=alt.Y(f'{value}:Q', scale=alt.Scale(zero=False), title=value),
+                                                                     color=alt.Color('run:N', title='run'), tooltip=['run', 'step', value])
+    area = alt.Chart(band.dropna()).mark_area(opacity=0.15, color='gray').encode(x=x, y='lo:Q', y2='hi:Q')
+    mean = alt.Chart(band).mark_line(strokeDash=[4, 2], color='gray').encode(x=x, y='mean:Q', tooltip=['step', 'mean', 'lo', 'hi', 'n_runs'])
+    return (area + mean + lines).properties(title=title or f'{value} over steps, by run (band: mean over runs, 95% t interval)', width=420, height=240)
 
 # %% ../nbs/05b_registry.ipynb #d248ff4c
 @dataclass

@@ -14,14 +14,15 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .charts import step_axis
-from .core import NlEmbryoError, atomic_write_bytes
-from .checkpoints import list_checkpoints, damaged_checkpoints
+from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, cache_path
+from .checkpoints import CHECKPOINT_MANIFEST, list_checkpoints, damaged_checkpoints
+from .sources import content_digest, read_source, trainer_metrics
 from .models import check_safetensors_weights, load_model, quiet_transformers
-from .pretrain import PLATEAU_MARGIN
+from .objectives import PLATEAU_MARGIN
 
 # %% auto #0
-__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'Run', 'as_run', 'eval_rows',
-           'unigram_entropy_of', 'training_curves_chart']
+__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'default_analysis_home', 'Run',
+           'as_run', 'eval_rows', 'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -65,21 +66,42 @@ def options_key(options: dict,  # analysis options: nested dicts, lists and tupl
         return v if isinstance(v, (str, int, float, bool)) or v is None else repr(v)
     return json.dumps(norm(options), sort_keys=True)
 
+# %% ../nbs/05_timeline.ipynb #ffaa00c1
+def default_analysis_home(path,  # a timeline source nl_embryo did not write
+                         ) -> Path:  # `<data cache>/timelines/<name>-<8 hex digits of its absolute path>`
+    "The default analysis folder of a source nl_embryo did not write: in the data cache, one per source path."
+    path = Path(path).expanduser().resolve()
+    return cache_path('timelines', f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}")
+
 # %% ../nbs/05_timeline.ipynb #044535e5
 class Run:
-    """The checkpoint timeline of a pre-training run folder (or a single model folder, as a one-step run), and the
-    owner of that folder's layout: checkpoints, metrics, `analysis/` tables, charts and caches."""
+    """A checkpoint timeline, read where it is: nl_embryo's own run folder, a Trainer output folder, a folder of step
+    folders, a hub cache with step revisions, a mapping file or a single model folder (see the chapter `sources`). `Run`
+    owns the layout of the analysis folder: its tables, charts and caches. For nl_embryo's own runs that is
+    `RUN/analysis/`; for anything else it is a folder of the user's (`out`), and nothing is written into the source."""
     def __init__(self,
-                 path,  # a run folder written by `pretrain` (with `checkpoints/`), or a model folder (config.json + safetensors weights)
+                 path,        # a run folder written by `pretrain`, a Trainer output folder, step folders, a hub-cache repository, a mapping file or a model folder
+                 out=None,    # the folder the analyses of a source nl_embryo did not write go to (None: `default_analysis_home(path)`); ignored for its own runs
                 ):
-        self.path = Path(path)
-        if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, or a model folder")
-        self.single = not (self.path/'checkpoints').exists()
-        if self.single and self.path.is_dir() and any(p.suffix in ('.bin', '.pt', '.pth', '.ckpt', '.h5') for p in self.path.iterdir()):
-            check_safetensors_weights(self.path)        # pickled weights alone: refused, with the conversion
-        if self.single and not ((self.path/'config.json').exists() and any(self.path.glob('*.safetensors'))):
-            raise NlEmbryoError(f"{self.path} is neither a run folder (no checkpoints/) nor a model folder (config.json + safetensors weights)",
-                                "pass the folder given to --out of nl-embryo pretrain, or a Hugging Face model folder")
+        self.path = Path(path).expanduser()
+        if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, a checkpoint folder or suite, or a mapping file")
+        self.source = read_source(self.path)
+        self.single = self.source.kind == 'model'
+        if self.source.owned: self.home = self.path
+        else:
+            self.home = Path(out).expanduser() if out is not None else default_analysis_home(self.path)
+            # the folders nl_embryo must not write into: the source folder, or for a mapping file the folders it lists
+            guarded = [c.path for c in self.source.checkpoints.values()] if self.source.kind == 'mapping' else [self.path]
+            home = self.home.resolve()
+            for g in (g.resolve() for g in guarded):
+                if home == g or g in home.parents:
+                    raise NlEmbryoError(f"the analysis folder {self.home} is inside {g}, which nl_embryo did not create",
+                                        "choose an --out folder outside the checkpoints (nothing is written into them)")
+            if self.single and not self.source.steps(): check_safetensors_weights(self.path)   # pickled weights alone: the conversion
+            if not self.source.steps():
+                notes = '; '.join(f"step {c.step}: {c.note}" for c in self.source.checkpoints.values()) or 'no checkpoint'
+                raise NlEmbryoError(f"{self.path} holds no checkpoint nl_embryo can load ({notes})",
+                                    "give checkpoints with config.json and safetensors weights (convert pickled ones outside the source)")
 
     @classmethod
     def coerce(cls,
@@ -90,20 +112,23 @@ class Run:
 
     def __repr__(self):
         s = self.steps()
-        return f"Run({str(self.path)!r}, {len(s)} step(s){': ' + ', '.join(map(str, s[:12])) + (' ...' if len(s) > 12 else '') if s else ''})"
+        kind = '' if self.source.owned else f", {self.source.kind}, analyses in {str(self.home)!r}"
+        return f"Run({str(self.path)!r}{kind}, {len(s)} step(s){': ' + ', '.join(map(str, s[:12])) + (' ...' if len(s) > 12 else '') if s else ''})"
 
     @property
     def config(self) -> dict:
-        "The run's resolved configuration (`config.json`), or the model config of a single model folder."
+        "The run's resolved configuration (`config.json`), the model config of a single model folder, or {} for another source."
+        if not (self.source.owned or self.single): return {}
         return json.loads((self.path/'config.json').read_text()) if (self.path/'config.json').exists() else {}
 
     def steps(self) -> list[int]:
         "The steps with a checkpoint that verifies (complete, not cut short or garbled: `checkpoint_problem`), in order (re-read on every call)."
-        return [0] if self.single else list(list_checkpoints(self.path, warn=False))
+        return list(list_checkpoints(self.path, warn=False)) if self.source.owned else self.source.steps()
 
     def damaged(self) -> dict[int, str]:
         "The checkpoints that do not verify, as {step: what is wrong} (`steps()` leaves them out)."
-        return {} if self.single else damaged_checkpoints(self.path)
+        if self.source.owned: return damaged_checkpoints(self.path)
+        return {c.step: c.note for c in self.source.checkpoints.values() if not c.usable}
 
 # %% ../nbs/05_timeline.ipynb #edb18ae3
 @patch
@@ -111,9 +136,14 @@ def checkpoint(self: Run,
                step: int | None = None,  # the checkpoint's step (None: the last one that verifies; a model folder has only step 0)
               ) -> Path:                 # the checkpoint's folder (of a model folder: the folder itself)
     "The folder of checkpoint `step` (None: the last)."
-    if self.single:
-        if step not in (None, 0): raise NlEmbryoError(f"{self.path} is a single model: it has only step 0", "use step 0")
-        return self.path
+    if not self.source.owned:
+        cks, listed = self.source.steps(), self.source.checkpoints
+        if step is not None and step in listed and not listed[step].usable:
+            raise NlEmbryoError(f"checkpoint step {step} of {self.path} ({listed[step].path}) cannot be loaded: {listed[step].note}",
+                                f"load another step ({', '.join(map(str, cks))})")
+        if step is None: step = max(cks)
+        if step not in cks: raise NlEmbryoError(f"{self.path} has no checkpoint at step {step}", f"choose one of: {', '.join(map(str, cks))}")
+        return listed[step].path
     skipped = {}
     cks = list_checkpoints(self.path, warn=False, skipped=skipped)
     if step is not None and step in skipped:
@@ -143,10 +173,41 @@ def is_pair(self: Run,
     "Whether the checkpoints hold an ELECTRA-style generator + discriminator pair."
     return (self.checkpoint(step)/'discriminator').is_dir()
 
+# %% ../nbs/05_timeline.ipynb #a7d20e3a
+@patch
+def record_listing(self: Run,
+                   steps=None,  # the steps to record (None: all that load)
+                  ) -> dict:    # {step: content digest}
+    "Record the content digest of checkpoints of a source nl_embryo did not write in `OUT/source.json` (kept when already there)."
+    if self.source.owned: return {}
+    f = self.home/'source.json'
+    rec = json.loads(f.read_text()) if f.exists() else dict(source=str(self.path.resolve()), kind=self.source.kind, digests={})
+    for s in (self.steps() if steps is None else steps):
+        rec['digests'].setdefault(str(s), content_digest(self.source.checkpoints[s].path))
+    atomic_write_json(f, rec)
+    return {int(k): v for k, v in rec['digests'].items()}
+
+@patch
+def check_unchanged(self: Run,
+                    step: int,  # the checkpoint to check
+                   ) -> None:   # nothing; raises `NlEmbryoError` when its files changed since they were recorded
+    "Refuse a checkpoint of a source nl_embryo did not write whose weights or config changed since they were first recorded."
+    if self.source.owned: return
+    f = self.home/'source.json'
+    known = json.loads(f.read_text())['digests'].get(str(step)) if f.exists() else None
+    if known is None: self.record_listing([step]); return
+    if content_digest(self.source.checkpoints[step].path) != known:
+        raise NlEmbryoError(f"checkpoint step {step} ({self.source.checkpoints[step].path}) changed since it was listed: its weights or "
+                            f"config differ from the content recorded in {f}",
+                            f"if the change is intended, analyse it into a new folder (--out), or remove {f} to list it afresh")
+
 # %% ../nbs/05_timeline.ipynb #a9ccd556
 @patch
 def metrics(self: Run) -> pd.DataFrame:
-    "The training metrics, one row per logged step (lines cut by a crash are skipped)."
+    """The training metrics, one row per logged step (lines cut by a crash are skipped): nl_embryo's `metrics.jsonl`, or
+    the `log_history` of a Trainer's `trainer_state.json` (`sources.trainer_metrics`); empty when the source records none."""
+    if not self.source.owned:
+        return trainer_metrics(self.source.trainer_state) if self.source.trainer_state else pd.DataFrame()
     p = self.path/'metrics.jsonl'; rows = []
     if p.exists():
         for line in p.read_text().splitlines():
@@ -178,10 +239,17 @@ def load(self: Run,
     from transformers import AutoTokenizer
     if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
     path = self.checkpoint(step)
+    tok_path = path
+    if not self.source.owned:
+        step = max(self.steps()) if step is None else step
+        self.check_unchanged(step)
+        tok_path = self.source.checkpoints[step].tokenizer
+        if tok_path is None: raise NlEmbryoError(f"{path} has no tokenizer files, and no other folder of {self.path} has one",
+                                                 "save the tokenizer (tokenizer.save_pretrained) into the folder, or next to the checkpoints")
     kw = dict(attn_implementation='eager') if eager else {}
     try:
         model = load_model(path, **kw)
-        with quiet_transformers(): tok = AutoTokenizer.from_pretrained(path)
+        with quiet_transformers(): tok = AutoTokenizer.from_pretrained(tok_path)
     except NlEmbryoError: raise
     except (OSError, ValueError, SafetensorError) as e:     # damage the cheap check cannot see
         raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {e}",
@@ -192,8 +260,8 @@ def load(self: Run,
 # %% ../nbs/05_timeline.ipynb #0739cd50
 @patch(as_prop=True)
 def analysis_dir(self: Run) -> Path:
-    "`RUN/analysis/`: the tables, charts and caches of the analyses (created on first write)."
-    return self.path/'analysis'
+    "`RUN/analysis/` (another source: `OUT/analysis/`): the tables, charts and caches of the analyses (created on first write)."
+    return self.home/'analysis'
 
 @patch
 def table_path(self: Run,
@@ -267,14 +335,17 @@ def update_table(self: Run,
 @patch
 def analysis_lock(self: Run):
     "An exclusive lock on this run's `analysis/` folder (across processes), held while tables are read, merged and written."
-    return _file_lock(self.path/'.analysis.lock')
+    return _file_lock(self.home/'.analysis.lock')
 
 # %% ../nbs/05_timeline.ipynb #35510850
 @patch
 def _checkpoint_id(self: Run, step: int) -> str:
+    "The checkpoint's content: its manifest's sha256s (nl_embryo's own), else the sha256 of its weights and config."
     path = self.checkpoint(step)
-    files = sorted(p for p in path.rglob('*.safetensors'))
-    return fingerprint([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+    man = path/CHECKPOINT_MANIFEST
+    if self.source.owned and man.exists(): return fingerprint(sorted((k, v.get('sha256')) for k, v in json.loads(man.read_text())['files'].items()
+                                                                    if k.endswith('.safetensors') or k.endswith('config.json')))
+    return content_digest(path)
 
 @patch
 def map(self: Run,
