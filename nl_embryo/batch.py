@@ -15,10 +15,10 @@ from tqdm.auto import tqdm
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, atomic_write_text, project_root
 
 # %% auto #0
-__all__ = ['RESERVED', 'load_grid', 'Job', 'job_id', 'expand_grid', 'experiment_fingerprint', 'notebook_parameters',
-           'check_types', 'notebook_checks', 'run_checks', 'check_grid', 'job_state', 'run_job', 'detect_gpus',
-           'worker_slots', 'SweepResult', 'sweep', 'collect', 'format_summary', 'write_slurm', 'run_job_index',
-           'add_sweep_parser']
+__all__ = ['RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'Job', 'job_id', 'expand_grid', 'experiment_fingerprint',
+           'notebook_parameters', 'check_types', 'notebook_checks', 'run_checks', 'check_grid', 'job_state', 'run_job',
+           'detect_gpus', 'worker_slots', 'SweepResult', 'sweep', 'collect', 'format_summary', 'write_slurm',
+           'run_job_index', 'add_sweep_parser']
 
 # %% ../nbs/14_batch.ipynb #6ebeecd9
 class _GridLoader(yaml.SafeLoader):
@@ -272,6 +272,8 @@ def _restore_fds(saved):
         except OSError: pass
 
 # %% ../nbs/14_batch.ipynb #7aea7ed2
+KERNEL_START_TIMEOUT = 300   # seconds a job's kernel may take to start (papermill's default, 60, is too short on a busy machine)
+
 def run_job(job_dir,    # a job's folder, holding its `job.json`
            ) -> dict:  # its final status: state ('done', 'failed' or 'interrupted'), error, times, host, ...
     "Execute the job described by `job_dir/job.json` with papermill in this process; write and return its `status.json`."
@@ -292,7 +294,7 @@ def run_job(job_dir,    # a job's folder, holding its `job.json`
         try:
             pm.execute_notebook(spec['notebook'], str(job_dir/'notebook.ipynb'), parameters=dict(spec['params'], out_dir=str(job_dir)),
                                 kernel_name=spec.get('kernel', 'python3'), progress_bar=False, stdout_file=log, stderr_file=log,
-                                cwd=str(Path(spec['notebook']).parent))
+                                cwd=str(Path(spec['notebook']).parent), start_timeout=KERNEL_START_TIMEOUT)
             res = job_dir/'results.parquet'
             if not res.exists(): error = "the notebook finished but wrote no results.parquet into its out_dir"
             else:
