@@ -133,7 +133,7 @@ class Run:
 # %% ../nbs/05_timeline.ipynb #edb18ae3
 @patch
 def checkpoint(self: Run,
-               step: int | None = None,  # the checkpoint's step (None: the last one that verifies; a model folder has only step 0)
+               step: int | None = None,  # the checkpoint's step (None: the last one that verifies; a model folder has one, the step its name gives or 0)
               ) -> Path:                 # the checkpoint's folder (of a model folder: the folder itself)
     "The folder of checkpoint `step` (None: the last)."
     if not self.source.owned:
