@@ -29,7 +29,7 @@ def our_step_time(preset, arch, steps, batch_size, block_size, out, compile=Fals
     "Median seconds per optimizer step of nl_embryo's loop (after 3 warm-up steps), and the FLOPs per step it counts."
     from nl_embryo.pretrain import PretrainConfig, pretrain
     run = pretrain(PretrainConfig(out=str(out), arch=arch, preset=preset, corpus='english', steps=steps, batch_size=batch_size,
-                                  block_size=block_size, checkpoints=f'0,{steps}', eval_batches=0, mask_prob=0.15,
+                                  block_size=block_size, checkpoints=f'0,{steps}', eval_batches=1, mask_prob=0.15,
                                   compile=compile, precision=precision), quiet=True)
     rows = [json.loads(l) for l in (run/'metrics.jsonl').read_text().splitlines()]
     times = [r['batch_size'] * block_size / r['tokens_per_s'] for r in rows if 'tokens_per_s' in r][3:]

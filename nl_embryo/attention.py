@@ -12,30 +12,31 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .registry import Analysis, analysis_tables, analyze, register
-from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
+from .registry import Analysis, analysis_tables, analyze, register, run_labels
+from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, line_legend, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_pair, max_positions, set_attention, SizePreset, build_model
-from .timeline import Run
+from .timeline import Run, first_clearing
 from .data import load_brown_sentences
 from .splits import eval_sentences
 
 # %% auto #0
-__all__ = ['PATTERNS', 'HEAD_CLASSES', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_TITLES', 'attention_checkpoint', 'ATTENTION',
-           'default_sentences', 'as_sentences', 'eager_attention', 'token_classes', 'attention_batches',
-           'AttentionStats', 'classify_heads', 'attention_tables', 'split_tables', 'attention_scores', 'attention_maps',
-           'maps_array', 'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart',
-           'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'pattern_emergence', 'grid_image',
-           'attention_gif', 'strongest_head', 'attention_data', 'attention_split', 'attention_charts',
-           'attention_files', 'attention_section', 'attention_phases', 'load_attention', 'AttentionExplorer',
-           'step_slider_chart', 'sentence_attention', 'to_bertviz']
+__all__ = ['PATTERNS', 'HEAD_CLASSES', 'HEAD_CLASS_THRESHOLD', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_TITLES', 'MEAN_PATTERNS',
+           'attention_checkpoint', 'ATTENTION', 'default_sentences', 'as_sentences', 'eager_attention', 'token_classes',
+           'attention_batches', 'AttentionStats', 'classify_heads', 'attention_tables', 'split_tables',
+           'attention_scores', 'attention_maps', 'maps_array', 'shifted_attention_model', 'attention_grid_chart',
+           'head_timeline_chart', 'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart',
+           'pattern_emergence', 'grid_image', 'attention_gif', 'strongest_head', 'attention_data', 'attention_split',
+           'attention_charts', 'attention_files', 'attention_section', 'attention_phases', 'load_attention',
+           'AttentionExplorer', 'step_slider_chart', 'sentence_attention', 'to_bertviz']
 
 # %% ../nbs/08_attention.ipynb #1285aee5
 from fastcore.basics import patch
 
 # %% ../nbs/08_attention.ipynb #224a02fb
 PATTERNS = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm')
-HEAD_CLASSES = ('diagonal', 'vertical', 'vertical+diagonal', 'self', 'heterogeneous')   # Kovaleva et al. 2019, plus self
+HEAD_CLASSES = ('diagonal', 'vertical', 'self', 'mixed')   # after Kovaleva et al. 2019, plus self
+HEAD_CLASS_THRESHOLD = 0.6   # the share of a head's attention its strongest pattern needs to name its class (below: mixed)
 
 def default_sentences(n: int = 200,         # how many sentences to sample
                       min_words: int = 6,   # the fewest words a sentence may have
@@ -248,22 +249,18 @@ def nbytes(self: AttentionStats) -> int:
            sum(e['maps'].nbytes for e in self.examples.values() if e)
 
 # %% ../nbs/08_attention.ipynb #3c96a012
-def classify_heads(scores: pd.DataFrame,    # tidy scores: `pattern`, `value`, and keys among `step`, `layer`, `head`
-                   threshold: float = 0.5,  # the share of attention a pattern (or pair of patterns) needs to name the class
-                  ) -> pd.DataFrame:        # one row per head: its keys, `head_class`, `class_score`, `diagonal_side`
+def classify_heads(scores: pd.DataFrame,                     # tidy scores: `pattern`, `value`, and keys among `step`, `layer`, `head`
+                   threshold: float = HEAD_CLASS_THRESHOLD,  # the share of attention the strongest pattern needs to name the class (below: mixed)
+                  ) -> pd.DataFrame:                         # one row per head: its keys, `head_class`, `class_score`, `diagonal_side`
     """The class of each head from a tidy score frame (columns `pattern`, `value` and keys such as `step`, `layer`,
-    `head`): the keys plus `head_class`, `class_score` and `diagonal_side`. Classes after Kovaleva et al. (2019):
-    **diagonal** — `threshold` of the attention on the previous or on the next token (`diagonal_side` says which);
-    **vertical** — on [CLS], [SEP] and punctuation; **vertical+diagonal** — both together reach it, each a third of it;
-    then **self** (on the token itself, not one of Kovaleva's classes) and **heterogeneous** (none of these)."""
+    `head`): the keys plus `head_class`, `class_score` (the strongest pattern's share) and `diagonal_side`. The class
+    is the pattern holding the most attention — **diagonal** (the previous or the next token; `diagonal_side` says
+    which), **vertical** ([CLS], [SEP] and punctuation) or **self** — when it holds at least `threshold`, else **mixed**."""
     keys = [c for c in scores.columns if c in ('step', 'layer', 'head')]
     w = scores[scores['pattern'].isin(PATTERNS)].pivot_table(index=keys, columns='pattern', values='value')
-    diag, vert = np.maximum(w['prev'], w['next']), w['cls'] + w['sep'] + w['punct']
-    cls = np.select([diag >= threshold, vert >= threshold,
-                     (diag + vert >= threshold) & (diag >= threshold / 3) & (vert >= threshold / 3), w['self'] >= threshold],
-                    ['diagonal', 'vertical', 'vertical+diagonal', 'self'], 'heterogeneous')
-    score = np.select([cls == 'diagonal', cls == 'vertical', cls == 'vertical+diagonal', cls == 'self'],
-                      [diag, vert, diag + vert, w['self']], np.maximum.reduce([diag, vert, w['self']]))
+    shares = np.stack([np.maximum(w['prev'], w['next']), w['cls'] + w['sep'] + w['punct'], w['self']], axis=1)
+    best, score = shares.argmax(axis=1), shares.max(axis=1)
+    cls = np.where(score >= threshold, np.array(['diagonal', 'vertical', 'self'])[best], 'mixed')
     side = np.where(w['prev'] >= w['next'], 'previous', 'next')
     return pd.DataFrame({'head_class': cls, 'class_score': score, 'diagonal_side': np.where(cls == 'diagonal', side, '')},
                         index=w.index).reset_index()
@@ -276,7 +273,7 @@ def attention_tables(model,                   # a transformers model or an `Elec
                      n_examples: int = 4,     # the first `n_examples` sentences also get maps of their own
                      batch_size: int = 64,    # sentences per forward pass
                      max_tokens: int = 128,   # a sentence is truncated to this many tokens
-                     threshold: float = 0.5,  # the head-class threshold (`classify_heads`)
+                     threshold: float = HEAD_CLASS_THRESHOLD,  # the head-class threshold (`classify_heads`)
                      progress: bool = False,  # show a progress bar over the batches
                     ) -> pd.DataFrame:        # scores and maps in one tidy frame, told apart by its `table` column
     "Pattern scores and average (and example) maps of every head over `sentences`, in one streamed pass; a tidy frame with a `table` column (`scores` or `maps`)."
@@ -486,42 +483,48 @@ def attention_map_chart(maps: pd.DataFrame,        # a maps table (`split_tables
 # %% ../nbs/08_attention.ipynb #f4282290
 PATTERN_TITLES = {'self': 'self (diagonal)', 'prev': 'previous token', 'next': 'next token', 'cls': '[CLS]', 'sep': '[SEP]',
                   'punct': 'punctuation', 'entropy': 'entropy (nats)', 'entropy_norm': 'entropy / log n'}
+MEAN_PATTERNS = ('entropy', 'entropy_norm')   # drawn as the mean over a layer's heads, what the phases read (`attention_phases`)
 
 def pattern_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` column
                          patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm'),  # the patterns to show, a facet each
-                         agg: str | None = 'max',   # per layer: 'max' its strongest head (with its interval), 'mean' (or another pandas aggregation) over its heads, None every head
+                         agg: str | None = 'max',   # per layer: 'max' its strongest head (with its interval; entropies: the mean over heads), 'mean' (or another pandas aggregation) over its heads, None every head
                          columns: int = 4,          # facets per row
                          title: str | None = None,  # the chart's title (None: one that says what `agg` shows)
                         ):
     """Pattern scores over steps (the shared step axis), one line per layer: its head with the `max` score (and that
-    head's 95% interval as a band), the `mean` over its heads, or every head (`agg=None`). The step-0 model is every
-    line's baseline. Live in a notebook: tooltips, a click on the legend picks a layer, and a step slider marks a
-    checkpoint with each line's score there."""
+    head's 95% interval as a band; for the entropies, `MEAN_PATTERNS`, the mean over the layer's heads and the mean of
+    their intervals, the quantity the attention phases read), the `mean` over its heads, or every head (`agg=None`).
+    The step-0 model is every line's baseline. Live in a notebook: tooltips, a click on the legend picks a layer, and
+    a step slider marks a checkpoint with each line's score there."""
     import altair as alt
     d = scores[scores['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for patterns {list(patterns)}", f"choose among: {', '.join(PATTERNS)}")
     d = d.assign(**{c: d[c] if c in d else np.nan for c in ('lo', 'hi')})
-    keys = ['step', 'layer', 'pattern']
-    if agg == 'max': d = d.loc[d.groupby(keys)['value'].idxmax(), keys + ['head', 'value', 'lo', 'hi']]
+    keys, titles = ['step', 'layer', 'pattern'], dict(PATTERN_TITLES)
+    if agg == 'max':
+        top, ent = d[~d['pattern'].isin(MEAN_PATTERNS)], d[d['pattern'].isin(MEAN_PATTERNS)]
+        d = pd.concat([top.loc[top.groupby(keys)['value'].idxmax(), keys + ['head', 'value', 'lo', 'hi']],
+                       ent.groupby(keys, as_index=False)[['value', 'lo', 'hi']].mean()], ignore_index=True)
+        titles.update({p: f'{titles[p]}, mean of heads' for p in MEAN_PATTERNS})
     elif agg: d = d.groupby(keys, as_index=False)['value'].agg(agg).assign(lo=np.nan, hi=np.nan)
     else: d = d[keys + ['head', 'value', 'lo', 'hi']]
-    d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))
-    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'),
-                                               legend=alt.Legend(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1))
-    enc = dict(x=x, y=alt.Y('value:Q', title=None), color=color,
+    d = d.assign(pattern=d['pattern'].map(titles))
+    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'), legend=line_legend())
+    enc = dict(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=color,
                tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg and agg != 'max' else ['head:O']) +
                        [alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
     if not agg: enc['detail'] = 'head:N'
-    order = [PATTERN_TITLES[p] for p in patterns]
+    order = [titles[p] for p in patterns]
     pick = alt.selection_point(fields=['layer'], bind='legend', name='pick_layer')
     line = alt.Chart().mark_line(point=bool(agg)).encode(
         **enc, opacity=alt.condition(pick, alt.value(1 if agg else 0.6), alt.value(0.1))).add_params(pick)
     slider, at = step_slider(d['step'])
     layers = ([interval_band(x, color=color, opacity=0.15), line] if agg == 'max' else [line]) + step_marks(
-        x, at, y=enc['y'], color=color, tooltip=enc['tooltip'], groupby=['pattern'])
-    return alt.layer(*layers, data=_data(d)).properties(width=170, height=120).facet(
+        x, at, y=enc['y'], color=color, tooltip=enc['tooltip'], groupby=['pattern'], steps=d['step'])
+    what = ('the strongest head of each layer, 95% band; entropy: the mean over its heads' if agg == 'max' else agg + ' over heads' if agg else 'every head')
+    return alt.layer(*layers, data=_data(d)).properties(width=230, height=130).facet(
         facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(y='independent').add_params(slider).properties(
-        title=title or f"head pattern scores over steps ({'the strongest head of each layer, 95% band' if agg == 'max' else agg + ' over heads' if agg else 'every head'})")
+        title=title or f"head pattern scores over steps ({what})")
 
 # %% ../nbs/08_attention.ipynb #8583e2d6
 def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` column
@@ -539,7 +542,7 @@ def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` colu
     x = step_axis(d['step'])
     lines = alt.Chart(_data(d)).mark_line(point=True).encode(
         x=x, y=alt.Y('value:Q', title='score', scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color('pattern:N', sort=[PATTERN_TITLES[p] for p in patterns], title=None),
+        color=alt.Color('pattern:N', sort=[PATTERN_TITLES[p] for p in patterns], title=None, legend=line_legend()),
         tooltip=['step:Q', 'pattern:N', alt.Tooltip('value:Q', format='.3f')])
     layers = [lines]
     if step is not None: layers.append(alt.Chart(_data(pd.DataFrame({'step': [step]}))).mark_rule(color='black', strokeDash=[4, 3]).encode(x=x))
@@ -661,7 +664,8 @@ def attention_section(run,           # the run (unused: the section is drawn fro
         "pattern scores (Clark et al. 2019): the share of attention on the token itself, the previous and the next token, "
         f"[CLS], [SEP] and punctuation, and the entropy of its rows ({scores['step'].nunique()} checkpoints, "
         f"{scores['layer'].nunique()} layers x {scores['head'].nunique()} heads, {int(scores['n_sentences'].iloc[0])} sentences). "
-        "Lines show the highest score among the heads of each layer.",
+        "Lines show the highest score among the heads of each layer; for the entropy, the mean over its heads (the "
+        "quantity the phases read: the mean normalised entropy of the heads).",
         pattern_scores_chart(scores),
         "When does a layer get a head whose attention sits on the diagonal band (self + previous + next token)? `first_step` is "
         "the first checkpoint at which one head puts half its attention there (empty: not yet).",
@@ -674,32 +678,38 @@ def attention_section(run,           # the run (unused: the section is drawn fro
     ]
 
 # %% ../nbs/08_attention.ipynb #df7f3ddb
-def attention_phases(run,  # a `Run` with an attention table
-                    ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
-    "When the heads' mean attention entropy dropped, and when the first previous- and next-token heads appeared."
+def attention_phases(run,                 # a `Run` with an attention table
+                     threshold: float = 0.5, # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head
+                    ) -> list[dict]:      # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
+    "When the heads' mean attention entropy dropped, and when the first previous- and next-token heads appeared (intervals clearing their bars)."
     scores = run.table('attention') if run.has_table('attention') else None
     if scores is None or scores.empty: return []
     rows = []
-    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')['value'].mean().sort_index()
+    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')[['value', 'lo', 'hi']].mean().sort_index()
     if len(ent) > 1:
-        hit = ent[ent <= 0.9 * ent.iloc[0]]
-        rows.append(dict(phase='attention entropy dropped', step=int(hit.index[0]) if len(hit) else None,
-                         value=float(hit.iloc[0]) if len(hit) else float(ent.iloc[-1]), reference=float(ent.iloc[0]), source='attention',
-                         detail='mean normalised entropy of the heads at 90% of its step-0 value' if len(hit) else 'not yet'))
+        bar = 0.9 * ent['value'].iloc[0]
+        step, step_lo = first_clearing(ent.index, ent['hi'] <= bar)
+        r = ent.loc[step if step is not None else step_lo]
+        rows.append(dict(phase='attention entropy dropped', step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
+                         reference=float(ent['value'].iloc[0]), source='attention',
+                         detail=f"mean normalised entropy of the heads, its interval below 90% of the step-{int(ent.index[0])} value ({bar:.3f})"
+                                + ('' if step is not None else ': not yet')))
     for pattern, name in [('prev', 'first previous-token head'), ('next', 'first next-token head')]:
         d = scores[scores['pattern'] == pattern]
         if d.empty: continue
-        best = d.loc[d.groupby('step')['value'].idxmax()].sort_values('step')
-        hit = best[best['value'] >= 0.5]
-        r = hit.iloc[0] if len(hit) else best.iloc[-1]
-        rows.append(dict(phase=name, step=int(r['step']) if len(hit) else None, value=float(r['value']), reference=0.5, source='attention',
-                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}" if len(hit) else f"best share {float(r['value']):.2f} at the last step"))
+        best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
+        step, step_lo = first_clearing(best['step'], best['lo'] >= threshold)
+        r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
+        rows.append(dict(phase=name, step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=threshold,
+                         source='attention', detail=f"layer {int(r['layer'])}, head {int(r['head'])}" + (
+                             f": share {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if step is not None else f": best share {r['value']:.2f} at the last step")))
     return rows
+
 
 # %% ../nbs/08_attention.ipynb #3741234b
 ATTENTION = register(Analysis(
     'attention', 'Attention heads over the timeline', attention_checkpoint, attention_data,
-    defaults=dict(n_sentences=200, seed=0, map_len=32, n_examples=4, batch_size=64, max_tokens=128, threshold=0.5),
+    defaults=dict(n_sentences=200, seed=0, map_len=32, n_examples=4, batch_size=64, max_tokens=128, threshold=HEAD_CLASS_THRESHOLD),
     data_options=('n_sentences', 'seed'), key=('layer', 'head', 'pattern'), tables=attention_split, extra_tables=('attention_maps',),
     charts=attention_charts, files=attention_files, section=attention_section, phases=attention_phases, eager=True,
     description='attention maps and pattern scores of every head (paper 002 §4, Clark et al. 2019)'), replace=True)
@@ -725,52 +735,86 @@ def _sentence_text(tokens) -> str:
 
 # %% ../nbs/08_attention.ipynb #130bbf38
 class AttentionExplorer:
-    "An interactive explorer (ipywidgets) of a run's attention tables: step slider, layer / head / sentence selectors, the map and the head's pattern scores. Control changes read the tables only."
+    """An interactive explorer (ipywidgets) of a run's attention tables: step slider, layer / head / sentence selectors,
+    the map and the head's pattern scores; with tables of several runs (a `run` column, `from_runs`), a run selector
+    too. Control changes read the tables only."""
     def __init__(self,
-                 scores: pd.DataFrame,               # the scores table, with a `step` column (`load_attention`)
-                 maps: pd.DataFrame,                 # the maps table, with a `step` column (`load_attention`)
+                 scores: pd.DataFrame,               # the scores table, with a `step` column (`load_attention`); a `run` column: several runs
+                 maps: pd.DataFrame,                 # the maps table, with a `step` column (`load_attention`); a `run` column: several runs
                  title: str = 'attention explorer',  # the panel's title
                 ):
         import ipywidgets as W
         if scores.empty or maps.empty: raise NlEmbryoError("the attention tables are empty", "run analyze(run, 'attention') on a run with checkpoints first")
-        self.scores, self.maps = scores, maps
-        self.steps = sorted(int(s) for s in maps['step'].unique())
-        self._maps = {(int(k[0]), int(k[1])): g for k, g in maps.groupby(['step', 'sentence'])}
-        self._scores = {k: g for k, g in scores.groupby(['layer', 'head'])}
+        self.runs = list(dict.fromkeys(maps['run'])) if 'run' in maps else []
+        missing = [r for r in self.runs if not (scores['run'] == r).any()] if 'run' in scores else self.runs
+        if missing: raise NlEmbryoError(f"the scores table has no rows of run(s) {missing}", "pass the scores and maps of the same runs (both with a run column)")
+        self._tables = {r: (scores[scores['run'] == r], maps[maps['run'] == r]) for r in self.runs}
         self._views: dict = {}
         self.renders = 0
-        L, H = int(maps['layer'].max()), int(maps['head'].max())
-        n = int(scores['n_sentences'].iloc[0]) if 'n_sentences' in scores else None
-        first = maps[(maps['step'] == self.steps[0]) & (maps['sentence'] >= 0) & (maps['layer'] == 1) & (maps['head'] == 1) & (maps['key'] == 0)]
-        self.sentences = {int(s): _sentence_text(g.sort_values('query')['query_token']) for s, g in first.groupby('sentence')}
         lay = W.Layout(width='auto')
-        self.step = W.SelectionSlider(options=self.steps, value=self.steps[-1], description='step', continuous_update=False,
-                                      layout=W.Layout(width='420px'))
-        self.layer = W.Dropdown(options=[(f'layer {l}', l) for l in range(1, L + 1)], value=L, description='layer', layout=lay)
-        self.head = W.Dropdown(options=[('all heads (grid)', 0)] + [(f'head {h}', h) for h in range(1, H + 1)], value=1,
-                               description='head', layout=lay)
-        self.sentence = W.Dropdown(options=[(f"average over {n or 'all'} sentences", -1)] +
-                                   [(f"{i}: {t[:70]}", i) for i, t in self.sentences.items()], value=-1, description='sentence',
-                                   layout=W.Layout(width='640px'))
+        self.run = W.Dropdown(options=self.runs, value=self.runs[0], description='run', layout=lay) if len(self.runs) > 1 else None
+        self.step = W.SelectionSlider(options=[0], description='step', continuous_update=False, layout=W.Layout(width='420px'))
+        self.layer = W.Dropdown(description='layer', layout=lay)
+        self.head = W.Dropdown(description='head', layout=lay)
+        self.sentence = W.Dropdown(description='sentence', layout=W.Layout(width='640px'))
+        self._load(*(self._tables[self.runs[0]] if self.runs else (scores, maps)))
         self.step.add_class('nl-step-slider')
         self.map_view, self.score_view, self.table = W.HTML(), W.HTML(), W.HTML()
         self.map_view.add_class('nl-attention-map'); self.score_view.add_class('nl-attention-scores'); self.table.add_class('nl-attention-table')
         for w in (self.step, self.layer, self.head, self.sentence): w.observe(self._changed, names='value')
-        self.widget = W.VBox([W.HTML(f'<b>{title}</b>'), W.HBox([self.step, self.layer, self.head]), self.sentence,
-                              W.HBox([self.map_view, W.VBox([self.score_view, self.table])])])
+        if self.run is not None: self.run.observe(self._run_changed, names='value')
+        self.widget = W.VBox([W.HTML(f'<b>{title}</b>'), W.HBox(([self.run] if self.run is not None else []) + [self.step, self.layer, self.head]),
+                              self.sentence, W.HBox([self.map_view, W.VBox([self.score_view, self.table])])])
         self.update()
 
-    @classmethod
-    def from_run(cls,
-                 run,                   # a `Run` or a run folder
-                 compute: bool = True,  # compute the attention analysis when it is missing (False: raise an error)
-                 **kwargs,              # options for `analyze` when it computes it
-                ) -> 'AttentionExplorer':
-        "An explorer of `run`'s attention tables (`load_attention`: computed once if missing, unless `compute=False`)."
-        path = run.path if isinstance(run, Run) else Path(run)
-        return cls(*load_attention(run, compute=compute, **kwargs), title=f'attention explorer: {path.name}')
+    def _load(self, scores, maps):
+        "Read one run's tables into the controls (keeping the step, layer, head and sentence where the run has them)."
+        self.scores, self.maps = scores, maps
+        self.steps = sorted(int(s) for s in maps['step'].unique())
+        self._maps = {(int(k[0]), int(k[1])): g for k, g in maps.groupby(['step', 'sentence'])}
+        self._scores = {k: g for k, g in scores.groupby(['layer', 'head'])}
+        L, H = int(maps['layer'].max()), int(maps['head'].max())
+        n = int(scores['n_sentences'].iloc[0]) if 'n_sentences' in scores else None
+        first = maps[(maps['step'] == self.steps[0]) & (maps['sentence'] >= 0) & (maps['layer'] == 1) & (maps['head'] == 1) & (maps['key'] == 0)]
+        self.sentences = {int(s): _sentence_text(g.sort_values('query')['query_token']) for s, g in first.groupby('sentence')}
+        fresh = not hasattr(self, 'widget')      # the first load: the defaults; a switch keeps what the new run has
+        prev = {k: getattr(self, k).value for k in ('step', 'layer', 'head', 'sentence')}   # read before new options reset them
+        keep = lambda k, values, default: prev[k] if not fresh and prev[k] in values else default
+        self._loading = True                     # one redraw for the whole switch, not one per control
+        self.step.options = self.steps; self.step.value = keep('step', self.steps, self.steps[-1])
+        self.layer.options = [(f'layer {l}', l) for l in range(1, L + 1)]; self.layer.value = keep('layer', range(1, L + 1), L)
+        self.head.options = [('all heads (grid)', 0)] + [(f'head {h}', h) for h in range(1, H + 1)]; self.head.value = keep('head', range(0, H + 1), 1)
+        self.sentence.options = [(f"average over {n or 'all'} sentences", -1)] + [(f"{i}: {t[:70]}", i) for i, t in self.sentences.items()]
+        self.sentence.value = keep('sentence', [-1, *self.sentences], -1)
+        self._loading = False
 
-    def _changed(self, change): self.update()
+    def _changed(self, change):
+        if not getattr(self, '_loading', False): self.update()
+
+    def _run_changed(self, change):
+        self._load(*self._tables[change['new']]); self.update()
+
+# %% ../nbs/08_attention.ipynb #fbe4fbd7
+@patch(cls_method=True)
+def from_run(cls: AttentionExplorer,
+             run,                   # a `Run` or a run folder
+             compute: bool = True,  # compute the attention analysis when it is missing (False: raise an error)
+             **kwargs,              # options for `analyze` when it computes it
+            ) -> 'AttentionExplorer':
+    "An explorer of `run`'s attention tables (`load_attention`: computed once if missing, unless `compute=False`)."
+    path = run.path if isinstance(run, Run) else Path(run)
+    return cls(*load_attention(run, compute=compute, **kwargs), title=f'attention explorer: {path.name}')
+
+@patch(cls_method=True)
+def from_runs(cls: AttentionExplorer,
+              runs,                  # a dict {label: run}, a list of runs (`Run`s or paths: any timeline), or a folder of seed runs (`registry.run_labels`)
+              compute: bool = True,  # compute the attention analysis of a run that misses it (False: raise an error)
+              **kwargs,              # options for `analyze` when it computes it
+             ) -> 'AttentionExplorer':
+    "An explorer of several runs' attention tables, with a run selector (`load_attention` of each; the tables get a `run` column)."
+    tables = {label: load_attention(r, compute=compute, **kwargs) for label, r in run_labels(runs).items()}
+    scores, maps = (pd.concat([t[i].assign(run=label) for label, t in tables.items()], ignore_index=True) for i in (0, 1))
+    return cls(scores, maps, title=f"attention explorer: {len(tables)} runs")
 
 # %% ../nbs/08_attention.ipynb #27d7d113
 @patch
@@ -799,8 +843,9 @@ def _view(self: AttentionExplorer, key, make) -> str:
 def update(self: AttentionExplorer):
     "Redraw the views for the current controls (from the tables in memory)."
     s, l, h, x = self.step.value, self.layer.value, self.head.value, self.sentence.value
-    self.map_view.value = self._view(('map', s, l if h else 0, h, x), self.map_chart)
-    self.score_view.value = self._view(('scores', s, l, h or 1), self.scores_chart)
+    r = self.run.value if self.run is not None else None
+    self.map_view.value = self._view(('map', r, s, l if h else 0, h, x), self.map_chart)
+    self.score_view.value = self._view(('scores', r, s, l, h or 1), self.scores_chart)
     d = self._scores[(l, h or 1)]; d = d[d['step'] == s]
     cls = d['head_class'].iloc[0] if 'head_class' in d and len(d) else ''
     rows = ''.join(f"<tr><td>{PATTERN_TITLES.get(p, p)}</td><td style='text-align:right'>{v:.3f}</td></tr>" for p, v in zip(d['pattern'], d['value']))
@@ -826,20 +871,20 @@ def step_slider_chart(maps: pd.DataFrame,  # a maps table with a `step` column
                       sentence: int = -1,  # -1: the average map; 0, 1, ...: an example sentence's
                       size: int = 260,     # the map's width and height (pixels)
                      ):
-    "One head's map with a step slider (`step_slider`: a Vega-Lite parameter `checkpoint` bound to a range input): all steps' maps in one chart, no kernel needed."
+    "One head's map with a step input (`step_slider`: a Vega-Lite parameter `checkpoint` whose value is the step, shown under the map): all steps' maps in one chart, no kernel needed."
     import altair as alt
     d = maps[(maps['layer'] == layer) & (maps['head'] == head) & (maps['sentence'] == sentence)]
     if d.empty: raise NlEmbryoError(f"no maps for layer {layer}, head {head}, sentence {sentence}", "choose a layer and head the maps hold (numbered from 1)")
     steps = sorted(int(s) for s in d['step'].unique())
     # each row names its checkpoint only; its step is computed in the chart (a lighter spec: every step's map is in it)
     d = d[['query', 'key', 'value']].assign(checkpoint=d['step'].map({s: i for i, s in enumerate(steps)}).astype(int))
-    at, step = step_slider(steps, name='checkpoint')   # the slider param and the expression of the step it points at
+    at, step = step_slider(steps, name='checkpoint')   # the input's param and the expression of the step it points at
     what = 'average over sentences' if sentence < 0 else f'sentence {sentence}'
     title = alt.TitleParams(alt.ExprRef(f"{json.dumps(f'layer {layer}, head {head} ({what}), step ')} + {step}"))
     return alt.Chart(_data(d)).mark_rect().encode(
         x=alt.X('key:O', axis=None), y=alt.Y('query:O', axis=None), color=_map_color(),
         tooltip=['step:O', 'query:O', 'key:O', alt.Tooltip('value:Q', format='.3f')]
-    ).add_params(at).transform_filter(f'datum.checkpoint == {at.name}').transform_calculate(
+    ).add_params(at).transform_filter(f'datum.checkpoint == indexof({json.dumps(steps)}, {step})').transform_calculate(
         step=f'{json.dumps(steps)}[datum.checkpoint]').properties(width=size, height=size, title=title)
 
 # %% ../nbs/08_attention.ipynb #4bb7967e

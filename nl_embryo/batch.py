@@ -4,25 +4,47 @@
 
 # %% ../nbs/14_batch.ipynb #bc1c9684
 from __future__ import annotations
-import ast, dataclasses, difflib, hashlib, io, itertools, json, os, re, shlex, shutil, signal, socket, subprocess, sys, threading, time, traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import ast, contextlib, dataclasses, difflib, hashlib, io, itertools, json, os, re, shlex, shutil, signal, socket, subprocess, sys, threading, time, traceback
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, atomic_write_text, project_root
+from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable, project_root
 
 # %% auto #0
-__all__ = ['RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'Job', 'job_id', 'expand_grid', 'experiment_fingerprint',
-           'notebook_parameters', 'check_types', 'notebook_checks', 'run_checks', 'check_grid', 'job_state', 'run_job',
-           'detect_gpus', 'worker_slots', 'SweepResult', 'sweep', 'collect', 'format_summary', 'write_slurm',
-           'run_job_index', 'add_sweep_parser']
+__all__ = ['GRID_ALIAS_LIMIT', 'RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'Job', 'job_id', 'expand_grid',
+           'experiment_fingerprint', 'notebook_parameters', 'check_types', 'notebook_checks', 'run_checks',
+           'check_grid', 'job_state', 'run_job', 'detect_gpus', 'worker_slots', 'SweepResult', 'sweep', 'collect',
+           'format_summary', 'write_slurm', 'run_job_index', 'add_sweep_parser']
 
 # %% ../nbs/14_batch.ipynb #6ebeecd9
+GRID_ALIAS_LIMIT = 100_000   # the most YAML nodes a grid's aliases may expand to (nested aliases can blow a small file up into billions)
+
+def _node_size(node, sizes: dict) -> int:
+    "The number of nodes `node` expands to, aliases included (memoised by node in `sizes`)."
+    if id(node) not in sizes:
+        kids = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = 1 + sum(_node_size(c, sizes) for c in kids)
+    return sizes[id(node)]
+
+# %% ../nbs/14_batch.ipynb #8cab4344
 class _GridLoader(yaml.SafeLoader):
-    "PyYAML's safe loader, also reading `1e-3` (no dot) as a float, as YAML 1.2 does."
+    "PyYAML's safe loader, also reading `1e-3` (no dot) as a float, as YAML 1.2 does, and refusing aliases that expand past `GRID_ALIAS_LIMIT` nodes."
+    def compose_node(self, parent, index):
+        alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
+        node = super().compose_node(parent, index)
+        if alias is not None:
+            self._sizes = getattr(self, '_sizes', {}); self._expanded = getattr(self, '_expanded', 0) + _node_size(node, self._sizes)
+            if self._expanded > GRID_ALIAS_LIMIT:
+                raise NlEmbryoError(f"the grid's YAML aliases expand to more than {GRID_ALIAS_LIMIT:,} values (at *{alias.anchor}, line "
+                                    f"{alias.start_mark.line + 1}): nested aliases blow a small file up into billions of values",
+                                    "write the values out, or use aliases (&name, *name) that are not nested in each other")
+        return node
+
+# %% ../nbs/14_batch.ipynb #ca8244c2
 _GridLoader.add_implicit_resolver('tag:yaml.org,2002:float', re.compile(r'^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$'),
                                   list('-+0123456789'))
 
@@ -41,6 +63,7 @@ def _check_value(name, v):
     raise NlEmbryoError(f"grid parameter {name!r} has a value of type {type(v).__name__} ({v!r}) that a notebook parameter cannot take",
                         "use strings, numbers, booleans, null, lists or mappings (quote dates and other special values)")
 
+# %% ../nbs/14_batch.ipynb #efc2986c
 def load_grid(grid,       # a YAML file's path (.yaml, .yml, .json), YAML text, or a dict
              ) -> dict:   # the grid: parameter -> value or list of values, and `jobs`
     "Read a grid: a YAML file path, YAML text, or a mapping already in memory. Checks its shape; returns a new dict."
@@ -246,10 +269,46 @@ def _read_json(p) -> dict:
     try: return json.loads(Path(p).read_text())
     except (OSError, json.JSONDecodeError): return {}
 
+# %% ../nbs/14_batch.ipynb #8b5d47d4
+def _lock_job(job_dir) -> int | None:
+    """Take the lock of job folder `job_dir` for this process: an exclusive `flock` on `job_dir/lock`, which the system
+    releases when the process ends, however it ends. Returns the lock's file descriptor (close it to release the lock), or
+    None when another live process holds it. Without POSIX locks (Windows) every caller gets one."""
+    try: import fcntl
+    except ImportError: return os.open(os.devnull, os.O_RDONLY)
+    fd = os.open(Path(job_dir)/'lock', os.O_RDWR | os.O_CREAT, 0o644)
+    for _ in range(20):                          # another sweep may be looking at the lock for a moment
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); break
+        except BlockingIOError: time.sleep(0.05)
+    else: os.close(fd); return None
+    os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)   # who holds it, for the others
+    return fd
+
+# %% ../nbs/14_batch.ipynb #3c68bb40
+def _lock_holder(job_dir) -> str | None:
+    "The live process that holds the lock of job folder `job_dir`, as it wrote itself ('PID on HOST'), or None when none does."
+    try: import fcntl
+    except ImportError: return None
+    try: fd = os.open(Path(job_dir)/'lock', os.O_RDONLY)
+    except OSError: return None                  # never locked
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError: return os.pread(fd, 200, 0).decode(errors='replace').strip() or '?'
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally: os.close(fd)
+
+# %% ../nbs/14_batch.ipynb #ab369156
+def _running_elsewhere(job_dir, name: str = '', holder: str | None = None) -> str:
+    "The message for a job that another process runs."
+    return f"job {Path(job_dir).name} ({name}) is running in process {holder or _lock_holder(job_dir) or '?'}; not started twice"
+
 # %% ../nbs/14_batch.ipynb #d95ba87a
 def job_state(job_dir,   # a job's folder, `OUT/jobs/<id>`
-             ) -> str:   # 'done', 'failed' or 'pending'
-    "`done` (status done and results written), `failed`, or `pending` (never run, interrupted, or cut off while running)."
+             ) -> str:   # 'running', 'done', 'failed' or 'pending'
+    """`running` (a live process holds the job's lock), `done` (status done and results written), `failed`, or `pending`
+    (never run, interrupted, or left `running` by a process that ended: it counts as interrupted and runs again)."""
+    if _lock_holder(job_dir): return 'running'
     st = _read_json(Path(job_dir)/'status.json').get('state')
     if st == 'done' and (Path(job_dir)/'results.parquet').exists(): return 'done'
     return 'failed' if st == 'failed' else 'pending'
@@ -274,13 +333,10 @@ def _restore_fds(saved):
 # %% ../nbs/14_batch.ipynb #7aea7ed2
 KERNEL_START_TIMEOUT = 300   # seconds a job's kernel may take to start (papermill's default, 60, is too short on a busy machine)
 
-def run_job(job_dir,    # a job's folder, holding its `job.json`
-           ) -> dict:  # its final status: state ('done', 'failed' or 'interrupted'), error, times, host, ...
-    "Execute the job described by `job_dir/job.json` with papermill in this process; write and return its `status.json`."
+def _execute(job_dir: Path, spec: dict) -> dict:
+    "Run job `spec` (the job.json of folder `job_dir`) with papermill in this process; write and return its status.json."
     import papermill as pm
-    job_dir = Path(job_dir).resolve()
-    spec = _read_json(job_dir/'job.json')
-    if not spec: raise NlEmbryoError(f"{job_dir} has no readable job.json", "run the sweep again to re-create its job folders")
+    prev = _read_json(job_dir/'status.json')
     (job_dir/'results.parquet').unlink(missing_ok=True)
     base = dict(id=spec['id'], index=spec.get('index'), name=spec.get('name', ''), params=spec['params'], notebook=spec['notebook'],
                 notebook_sha256=spec.get('notebook_sha256'), host=socket.gethostname(), pid=os.getpid(),
@@ -288,6 +344,8 @@ def run_job(job_dir,    # a job's folder, holding its `job.json`
     atomic_write_json(job_dir/'status.json', dict(base, state='running'))
     error, tb, state = None, None, 'done'
     with open(job_dir/'log.txt', 'a') as log:
+        if prev.get('state') == 'running':   # its process ended without a word (the lock was free): it counts as interrupted
+            log.write(f"=== interrupted: process {prev.get('pid')} on {prev.get('host')} ended without recording an outcome\n")
         log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} job {spec['id']} ({spec.get('name', '')}) on {base['host']}, "
                   f"CUDA_VISIBLE_DEVICES={base['cuda_visible_devices']}\n"); log.flush()
         saved = _redirect_fds(log)   # the kernel inherits fds 1 and 2: its own warnings go to the log too
@@ -316,18 +374,72 @@ def run_job(job_dir,    # a job's folder, holding its `job.json`
     atomic_write_json(job_dir/'status.json', status)
     return status
 
+# %% ../nbs/14_batch.ipynb #e3276303
+def run_job(job_dir,    # a job's folder, holding its `job.json`
+           ) -> dict:  # its final status: state ('done', 'failed' or 'interrupted'), error, times, host, ...; state 'running': another process runs it
+    """Execute the job described by `job_dir/job.json` with papermill in this process, holding the job's lock for the whole
+    run; write and return its `status.json`. A job that another live process runs is not started twice: its current status
+    comes back with state `running` and the `holder` ('PID on HOST')."""
+    job_dir = Path(job_dir).resolve()
+    spec = _read_json(job_dir/'job.json')
+    if not spec: raise NlEmbryoError(f"{job_dir} has no readable job.json", "run the sweep again to re-create its job folders")
+    lock = _lock_job(job_dir)
+    if lock is None:
+        return dict(_read_json(job_dir/'status.json'), id=spec['id'], name=spec.get('name', ''), state='running', holder=_lock_holder(job_dir) or '?')
+    try: return _execute(job_dir, spec)
+    finally: os.close(lock)
+
 # %% ../nbs/14_batch.ipynb #2f9fcf60
-def _stop_on_sigterm(*_): raise SystemExit('SIGTERM')
+def _stop_on_signal(signum, frame=None): raise SystemExit(signal.Signals(signum).name)
+
+# %% ../nbs/14_batch.ipynb #06b9d4d7
+def _isatty(fd: int) -> bool:
+    try: return os.isatty(fd)
+    except OSError: return False
+
+def _drop_terminal(fds):
+    "Point file descriptors `fds` at /dev/null."
+    try: null = os.open(os.devnull, os.O_WRONLY)
+    except OSError: return
+    for fd in fds:
+        try: os.dup2(null, fd)
+        except OSError: pass
+    os.close(null)
+
+# %% ../nbs/14_batch.ipynb #85158b1f
+@contextlib.contextmanager
+def _stop_signals(stop=None,   # called as stop(signum, frame) on the first signal (it may raise); None: the signal is only recorded
+                 ):            # yields the list of the signals caught (the first one only)
+    """While the block runs, Ctrl-C (SIGINT), SIGTERM and SIGHUP are caught: the first is recorded and passed to `stop`,
+    later ones are ignored (the block is stopping already). A signal ignored before (under `nohup`) stays ignored; the
+    previous handlers come back afterwards. Outside the main thread nothing changes. After a hangup, stdout and stderr
+    no longer write to the terminal that is gone (writing would fail) but to /dev/null."""
+    got, old, ttys = [], {}, [fd for fd in (1, 2) if _isatty(fd)]
+    def handler(signum, frame):
+        if got: return
+        got.append(signum)
+        if signum == getattr(signal, 'SIGHUP', None): _drop_terminal(ttys)
+        if stop is not None: stop(signum, frame)
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, 'SIGHUP', None)):
+            if s is None or signal.getsignal(s) == signal.SIG_IGN: continue
+            try: old[s] = signal.signal(s, handler)
+            except ValueError: break             # not the main thread: only it can catch signals
+        yield got
+    finally:
+        for s, h in old.items(): signal.signal(s, signal.SIG_DFL if h is None else h)
 
 # %% ../nbs/14_batch.ipynb #2a65b3e3
+_BUSY = 75   # the exit status of a job's process when another process runs the job (EX_TEMPFAIL)
+
 def _job_process():
     "Entry point of a job's own process: `python -c 'from nl_embryo.batch import _job_process; _job_process()' JOB_DIR`."
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)   # a timeout or Ctrl-C of the sweep: papermill shuts its kernel down
     # jsonschema (under nbformat) imports rfc3987_syntax when installed, which compiles a grammar for IRI formats: 1-3 s of
     # every job's start. Notebook validation never checks that format, so this process goes without it.
     sys.modules.setdefault('rfc3987_syntax', None)
-    status = run_job(sys.argv[-1])
-    sys.exit(0 if status['state'] == 'done' else 1)
+    with _stop_signals(_stop_on_signal):   # a timeout or a stopped sweep sends SIGTERM: papermill shuts its kernel down
+        status = run_job(sys.argv[-1])
+    sys.exit(0 if status['state'] == 'done' else _BUSY if status['state'] == 'running' else 1)
 
 # %% ../nbs/14_batch.ipynb #294ca7f3
 def detect_gpus() -> list[str]:
@@ -370,16 +482,16 @@ class SweepResult:
     summary: dict           # counts, failures and times (`out/summary.json`)
     def __repr__(self): return format_summary(self.summary, self.jobs)
     @property
-    def ok(self) -> bool: return self.summary['failed'] == 0 and self.summary['pending'] == 0
+    def ok(self) -> bool: return self.summary['failed'] == 0 and self.summary['pending'] == 0 and not self.summary.get('running')
 
 def _prepare(notebook, grid, out, kernel='python3', allow_changed=False) -> tuple[Path, list[Job], dict]:
     "Check the inputs and set up the sweep folder: sweep.json, the manifest (stable indices). Nothing runs."
-    notebook = Path(notebook).resolve()
+    notebook, out = Path(notebook).resolve(), check_writable(Path(out).resolve(), '--out')   # a folder to write, before any work
     jobs = expand_grid(grid)
     params = notebook_parameters(notebook)
     check_grid(jobs, params, notebook)
     _check_kernel(kernel)
-    fp, out = experiment_fingerprint(notebook), Path(out).resolve()
+    fp = experiment_fingerprint(notebook)
     meta_p = out/'sweep.json'
     if meta_p.exists():
         meta = _read_json(meta_p)
@@ -419,6 +531,42 @@ def _to_run(out: Path, jobs: list[Job], retry_failed: bool) -> tuple[list[Job], 
     states = {j.id: job_state(out/'jobs'/j.id) for j in jobs}
     return [j for j in jobs if states[j.id] == 'pending' or (retry_failed and states[j.id] == 'failed')], states
 
+# %% ../nbs/14_batch.ipynb #8fbe44dc
+def _descendants(pid: int) -> list:
+    "The processes that process `pid` started, and theirs (`psutil.Process` objects; [] when psutil is missing or `pid` is gone)."
+    try: import psutil
+    except ImportError: return []
+    try: return psutil.Process(pid).children(recursive=True)
+    except psutil.Error: return []
+
+def _alive(proc) -> bool:
+    "Whether `psutil.Process` `proc` still runs (a zombie has ended)."
+    try: return proc.is_running() and proc.status() != 'zombie'
+    except Exception: return False
+
+# %% ../nbs/14_batch.ipynb #bbbe56aa
+def _stop_procs(procs: list, grace: float = 10):
+    """Stop job processes `procs` (`subprocess.Popen`, each leading its own process group) and all they started: SIGTERM,
+    up to `grace` seconds to finish, then SIGKILL for their process groups and for every process left of their trees (a
+    papermill kernel runs in a session of its own). The job processes are reaped, and the others are waited for (5 s at most)."""
+    trees = {p.pid: _descendants(p.pid) for p in procs}
+    for p in procs:
+        try: p.terminate()
+        except ProcessLookupError: pass
+    end = time.time() + grace
+    for p in procs:
+        try: p.wait(max(0.0, end - time.time()))
+        except subprocess.TimeoutExpired: pass
+    for p in procs:
+        try: os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError): pass
+        for q in trees[p.pid]:
+            try: q.kill()                        # psutil checks that the pid still names the same process
+            except Exception: pass
+        p.wait()
+    left, end = [q for p in procs for q in trees[p.pid]], time.time() + 5
+    while any(_alive(q) for q in left) and time.time() < end: time.sleep(0.05)
+
 # %% ../nbs/14_batch.ipynb #e85508bb
 def _seconds(t) -> float | None:
     if t is None: return None
@@ -428,9 +576,9 @@ def _seconds(t) -> float | None:
     return float(m.group(1)) * dict(s=1, m=60, h=3600, d=86400).get(m.group(2) or 's')
 
 class _Runner:
-    "Run job folders in subprocesses, at most one per worker slot; stop them all on Ctrl-C."
+    "Run job folders in subprocesses, at most one per worker slot; stop them all on Ctrl-C, SIGTERM or SIGHUP."
     def __init__(self, slots, timeout=None):
-        self.slots, self.timeout, self.stop = list(slots), timeout, threading.Event()
+        self.slots, self.timeout, self.stop, self.reason = list(slots), timeout, threading.Event(), None
         self.free, self.lock, self.procs = list(range(len(self.slots))), threading.Lock(), {}
         self.env = dict(os.environ, PYTHONUNBUFFERED='1')
         if (root := project_root()) is not None:   # a source checkout: the jobs import this very nl_embryo, installed or not
@@ -439,6 +587,7 @@ class _Runner:
 
     def run(self, job_dir: Path) -> dict:
         if self.stop.is_set(): return dict(state='interrupted')
+        if holder := _lock_holder(job_dir): return dict(state='running', holder=holder)   # another sweep runs it
         with self.lock: slot = self.free.pop()
         env = dict(self.env)
         if self.slots[slot] is not None: env['CUDA_VISIBLE_DEVICES'] = self.slots[slot]
@@ -447,15 +596,17 @@ class _Runner:
         try:
             with open(job_dir/'log.txt', 'a') as log:
                 p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            with self.lock: self.procs[p.pid] = p
+            with self.lock: self.procs[p.pid] = p; late = self.stop.is_set()
+            if late: _stop_procs([p])                # the sweep was stopped while this job started
             try: rc = p.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired: timed_out = True; self._end(p); rc = p.returncode
+            except subprocess.TimeoutExpired: timed_out = True; _stop_procs([p], grace=15); rc = p.returncode
             with self.lock: self.procs.pop(p.pid, None)
         finally:
             with self.lock: self.free.append(slot)
+        if rc == _BUSY: return dict(_read_json(job_dir/'status.json'), state='running', holder=_lock_holder(job_dir) or '?')
         st = _read_json(job_dir/'status.json')
         if timed_out: st.update(state='failed', error=f"timed out after {self.timeout:g} s (the job was stopped)")
-        elif self.stop.is_set() and st.get('state') != 'done': st.update(state='interrupted', error='the sweep was interrupted')
+        elif self.stop.is_set() and st.get('state') != 'done': st.update(state='interrupted', error=f"the sweep was stopped ({self.reason})")
         elif st.get('state') not in ('done', 'failed'):
             st.update(state='failed', error=f"the job's process died (exit status {rc}) before recording an outcome; see log.txt")
         else: return st
@@ -463,21 +614,38 @@ class _Runner:
         atomic_write_json(job_dir/'status.json', st)
         return st
 
-    @staticmethod
-    def _end(p, grace: float = 15):
-        "SIGTERM the job (its handler lets papermill shut the kernel down), then SIGKILL its process group."
-        try: p.terminate(); p.wait(grace)
-        except subprocess.TimeoutExpired: pass
-        try: os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError): pass
-        p.wait()
-
-    def interrupt(self):
-        self.stop.set()
+    def interrupt(self, reason: str = 'Ctrl-C', grace: float = 10):
+        "Start no more jobs, and stop the running ones and all they started; each is recorded as interrupted."
+        self.reason = reason; self.stop.set()
         with self.lock: procs = list(self.procs.values())
-        for p in procs:
-            try: p.terminate()
-            except ProcessLookupError: pass
+        _stop_procs(procs, grace)
+
+# %% ../nbs/14_batch.ipynb #3577b02f
+def _run_all(runner: _Runner, todo: list[Job], dirs: dict, out: Path, quiet: bool = False) -> tuple[dict, int | None]:
+    """Run jobs `todo` (job id -> folder in `dirs`) on the workers of `runner`, with a progress bar. The first Ctrl-C,
+    SIGTERM or SIGHUP starts no more jobs and stops the running ones. Returns job id -> state, and the signal or None."""
+    bar = tqdm(total=len(todo), desc=f"sweep {out.name}", unit='job', disable=quiet)
+    pool, futures, states = ThreadPoolExecutor(max_workers=min(len(runner.slots), len(todo))), {}, {}
+    with _stop_signals() as got:
+        finished_ok = False
+        try:
+            futures = {pool.submit(runner.run, dirs[j.id]): j for j in todo}
+            waiting = set(futures)
+            while waiting and not got:           # a signal is only recorded: it is looked at every half second
+                finished, waiting = wait(waiting, timeout=0.5, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    j, st = futures[f], f.result(); states[j.id] = st['state']
+                    if st['state'] == 'running' and not quiet: tqdm.write(_running_elsewhere(dirs[j.id], j.name, st.get('holder')))
+                    bar.update(1); bar.set_postfix(done=sum(s == 'done' for s in states.values()), failed=sum(s == 'failed' for s in states.values()))
+            finished_ok = True
+        finally:
+            if got or not finished_ok: runner.interrupt(signal.Signals(got[0]).name if got else 'an error in the sweep')
+            pool.shutdown(wait=True, cancel_futures=True)
+            try: bar.close()
+            except OSError: pass                 # a terminal that is gone
+    for f, j in futures.items():
+        if f.done() and not f.cancelled() and f.exception() is None: states[j.id] = f.result()['state']
+    return states, (got[0] if got else None)
 
 # %% ../nbs/14_batch.ipynb #edcf5784
 def sweep(notebook,                     # the experiment notebook (.ipynb, with a cell tagged `parameters`)
@@ -496,30 +664,27 @@ def sweep(notebook,                     # the experiment notebook (.ipynb, with 
     at a time (default: one per GPU group, else 1); skip completed jobs, rerun failed ones only with `retry_failed`; collect
     `out/results.parquet` and `out/summary.json`. `gpus`: the GPUs to share out ('0,1', a count, 'none'; default
     `CUDA_VISIBLE_DEVICES`, else all that nvidia-smi lists), `gpus_per_job` of them per worker. `timeout`: wall-clock limit
-    per job (seconds or '30m', '2h'). `allow_changed`: keep completed jobs although the notebook's code changed."""
+    per job (seconds or '30m', '2h'). `allow_changed`: keep completed jobs although the notebook's code changed.
+    Ctrl-C, SIGTERM or SIGHUP stop the running jobs (recorded as interrupted), write the summary and raise `KeyboardInterrupt`."""
     t0 = time.time()
     slots, limit = worker_slots(workers, gpus, gpus_per_job), _seconds(timeout)
     out, jobs, meta = _prepare(notebook, grid, out, kernel, allow_changed)
     todo, before = _to_run(out, jobs, retry_failed)
+    for j in jobs:
+        if before[j.id] == 'running' and not quiet: print(_running_elsewhere(out/'jobs'/j.id, j.name))
     dirs = {j.id: _write_job_spec(out, j, meta) for j in todo}
-    runner, ran = _Runner(slots, limit), {}
-    if todo:
-        where = ', '.join(f"GPU {s}" for s in slots) if any(slots) else f"{len(slots)} CPU worker(s)"
-        if not quiet: print(f"sweep {out}: {len(todo)} of {len(jobs)} job(s) to run on {where}")
-        bar = tqdm(total=len(todo), desc=f"sweep {out.name}", unit='job', disable=quiet)
-        pool = ThreadPoolExecutor(max_workers=min(len(slots), len(todo)))
-        futures = {pool.submit(runner.run, dirs[j.id]): j for j in todo}
-        try:
-            for f in as_completed(futures):
-                ran[futures[f].id] = f.result()['state']
-                bar.update(1); bar.set_postfix(done=sum(s == 'done' for s in ran.values()), failed=sum(s == 'failed' for s in ran.values()))
-        except KeyboardInterrupt:
-            runner.interrupt(); pool.shutdown(wait=True, cancel_futures=True); bar.close()
-            raise
-        pool.shutdown(wait=True); bar.close()
-    calls = {j.id: ('ran' if j.id in ran else 'skipped') for j in jobs}
+    where = ', '.join(f"GPU {s}" for s in slots) if any(slots) else f"{len(slots)} CPU worker(s)"
+    if todo and not quiet: print(f"sweep {out}: {len(todo)} of {len(jobs)} job(s) to run on {where}")
+    ran, signum = _run_all(_Runner(slots, limit), todo, dirs, out, quiet) if todo else ({}, None)
+    calls = {j.id: ('ran' if ran.get(j.id, 'running') != 'running' else 'skipped') for j in jobs}
     res = collect(out, jobs=[j.id for j in jobs], calls=calls, wall_seconds=time.time() - t0, retry_failed=retry_failed)
-    if not quiet: print(res)
+    name = None if signum is None else signal.Signals(signum).name
+    try:
+        if not quiet: print(res)
+        if name: print(f"sweep {out} was stopped by {name}: {sum(s == 'interrupted' for s in ran.values())} running job(s) stopped and "
+                       f"recorded as interrupted, {len(todo) - len(ran)} not started; run the same command again to resume", file=sys.stderr)
+    except OSError: pass                         # a terminal that is gone: the summary is in out/summary.json
+    if name: raise KeyboardInterrupt(f"sweep {out} stopped by {name}")
     return res
 
 # %% ../nbs/14_batch.ipynb #7c9264d1
@@ -574,7 +739,7 @@ def collect(out,                               # the sweep folder
     done, failed = table.status.eq('done'), table.status.eq('failed')
     secs = table.seconds[table.call.eq('ran')] if calls else table.seconds[done | failed]
     summary = dict(out=str(out), notebook=meta.get('notebook'), notebook_sha256=meta.get('notebook_sha256'), finished=time.strftime('%Y-%m-%d %H:%M:%S'),
-                   jobs=len(table), done=int(done.sum()), failed=int(failed.sum()), pending=int(table.status.eq('pending').sum()),
+                   jobs=len(table), done=int(done.sum()), failed=int(failed.sum()), pending=int(table.status.eq('pending').sum()), running=int(table.status.eq('running').sum()),
                    ran=int(table.call.eq('ran').sum()) if calls else None, skipped=int(table.call.eq('skipped').sum()) if calls else None,
                    failed_not_rerun=int((failed & table.call.eq('skipped')).sum()) if calls and not retry_failed else 0,
                    wall_seconds=None if wall_seconds is None else round(wall_seconds, 2),
@@ -594,6 +759,7 @@ def format_summary(summary: dict,                   # a sweep's summary (`SweepR
     "The printed summary of a sweep: counts, the job table, times, the failures and what to do about them."
     s = summary
     head = f"sweep {s['out']}: {s['jobs']} job(s): {s['done']} done, {s['failed']} failed, {s['pending']} pending"
+    if s.get('running'): head += f", {s['running']} running in another process"
     if s.get('ran') is not None: head += f" | this call ran {s['ran']}, skipped {s['skipped']}"
     lines = [head]
     if jobs is not None and len(jobs):
@@ -681,8 +847,9 @@ def write_slurm(notebook,                     # the experiment notebook (.ipynb,
 def run_job_index(out,                  # the sweep folder (holding `sweep.json` and `jobs.json`)
                   index: int,           # the job's index in `out/jobs.json` (a Slurm array task's id)
                   quiet: bool = False,  # print nothing
-                 ) -> dict:             # the job's status
-    "Run job number `index` of sweep folder `out` (its manifest `out/jobs.json`) in this process, as a Slurm array task does; a done job is skipped."
+                 ) -> dict:             # the job's status (state 'running': another process runs it, and this call did nothing)
+    """Run job number `index` of sweep folder `out` (its manifest `out/jobs.json`) in this process, as a Slurm array task does;
+    a done job is skipped, and so is one that another process runs. SIGTERM, SIGHUP or Ctrl-C stop it as interrupted."""
     out = Path(out).resolve()
     meta, manifest = _read_json(out/'sweep.json'), _read_json(out/'jobs.json').get('jobs')
     if not meta or manifest is None: raise NlEmbryoError(f"{out} is not a sweep folder (no sweep.json / jobs.json)", "pass the --out folder the sweep was prepared in")
@@ -694,11 +861,10 @@ def run_job_index(out,                  # the sweep folder (holding `sweep.json`
         if not quiet: print(f"job {index} ({job.id}, {job.name}) is already done")
         return _read_json(d/'status.json')
     if not (d/'job.json').exists(): _write_job_spec(out, job, meta)
-    try: old = signal.signal(signal.SIGTERM, _stop_on_sigterm)   # Slurm's time limit sends SIGTERM first
-    except ValueError: old = None                                 # not the main thread
-    try: st = run_job(d)
-    finally:
-        if old is not None: signal.signal(signal.SIGTERM, old)
+    with _stop_signals(_stop_on_signal): st = run_job(d)   # Slurm's time limit sends SIGTERM first
+    if st['state'] == 'running':
+        if not quiet: print(_running_elsewhere(d, job.name, st.get('holder')))
+        return st
     if not quiet: print(f"job {index} ({job.id}, {job.name}): {st['state']} in {st['seconds']:.1f} s" + (f": {st['error']}" if st['error'] else ''))
     return st
 
@@ -707,7 +873,8 @@ def _sweep_cli(args):
     if args.run_job is not None:
         sys.modules.setdefault('rfc3987_syntax', None)   # a job's own process: see _job_process
         st = run_job_index(args.out, args.run_job, quiet=args.quiet)
-        if st.get('state') != 'done':
+        if st.get('state') == 'interrupted': raise KeyboardInterrupt(st.get('error'))
+        if st.get('state') not in ('done', 'running'):
             raise NlEmbryoError(f"job {args.run_job} failed: {st.get('error')}", f"see {Path(args.out)/'jobs'/st.get('id', '?')/'notebook.ipynb'}")
         return
     if args.collect:

@@ -4,19 +4,20 @@
 
 # %% ../nbs/04c_checkpoints.ipynb #19212922
 from __future__ import annotations
-import json, re, shutil, warnings
+import json, os, re, shutil, warnings
 from pathlib import Path
 
+import pandas as pd
 import torch
 
-from .core import NlEmbryoError, atomic_dir, atomic_write_json, is_disk_full, sha256_file
+from .core import NlEmbryoError, atomic_dir, atomic_write_json, file_mode, is_disk_full, remove_stale_temps, sha256_file
 from .models import load_model, quiet_transformers
 
 # %% auto #0
 __all__ = ['CHECKPOINT_RE', 'CHECKPOINT_MANIFEST', 'DAMAGED_FIX', 'optimizer_to_safetensors', 'optimizer_from_safetensors',
-           'safetensors_problem', 'checkpoint_problem', 'checkpoint_is_complete', 'list_checkpoints',
-           'damaged_checkpoints', 'remove_interrupted_saves', 'verify_checkpoint', 'disk_full_error',
-           'load_trained_model', 'save_checkpoint']
+           'safetensors_problem', 'file_sha256', 'digest_problem', 'checkpoint_problem', 'checkpoint_is_complete',
+           'list_checkpoints', 'damaged_checkpoints', 'remove_interrupted_saves', 'verify_checkpoint', 'verify_run',
+           'disk_full_error', 'load_trained_model', 'save_checkpoint']
 
 # %% ../nbs/04c_checkpoints.ipynb #9c6b846d
 def optimizer_to_safetensors(opt,                   # a torch optimizer (its state may be on any device)
@@ -75,44 +76,74 @@ def _json_problem(path: Path) -> str | None:
     except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
     except ValueError: return f"{path.name} is not valid JSON (cut short or garbled)"
 
+# %% ../nbs/04c_checkpoints.ipynb #02e4e203
+_DIGESTS: dict = {}   # (path, size, mtime_ns, ctime_ns, inode) -> sha256 (ctime: a rewrite that puts the mtime back is still seen)
+
+def file_sha256(path,         # a file
+               ) -> str:      # its sha256, 64 hex digits
+    "The sha256 of a file, remembered in this process per file identity (path, size, mtime_ns, ctime_ns, inode): a file is read again only when it changed."
+    p = Path(path).resolve(); st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if (digest := _DIGESTS.get(key)) is None: digest = _DIGESTS[key] = sha256_file(p)
+    return digest
+
+# %% ../nbs/04c_checkpoints.ipynb #d2fe9f4a
+_NOT_LOADED = ('optimizer.safetensors', 'trainer_state.json')   # the files of a checkpoint only a resume reads
+
+def digest_problem(path,                      # a checkpoint folder
+                   model_only: bool = False,  # compare only the files a model load reads (not the optimizer and trainer state)
+                  ) -> str | None:            # the file whose sha256 differs from the manifest's, named; None when all agree or there is no manifest
+    "Compare the sha256 of a checkpoint's files (`file_sha256`, remembered per file) with its manifest's."
+    path = Path(path)
+    if not (path/CHECKPOINT_MANIFEST).is_file(): return None
+    try: listed = json.loads((path/CHECKPOINT_MANIFEST).read_text(encoding='utf-8'))['files']; items = [(r, v['sha256']) for r, v in listed.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError): return f"{CHECKPOINT_MANIFEST} is garbled"
+    for rel, want in items:
+        if model_only and rel in _NOT_LOADED: continue
+        if not (path/rel).is_file(): return f"{rel} is missing"
+        if file_sha256(path/rel) != want: return f"{rel} changed after it was written (its sha256 differs from the manifest's)"
+    return None
+
 # %% ../nbs/04c_checkpoints.ipynb #3479adec
 _VERIFIED: dict = {}   # folder -> (the stat of its files, the cheap check's verdict): a folder is parsed again only when a file changed
 
+def _lost_manifest(path: Path) -> bool:
+    "Whether a run's checkpoint lacks the manifest its sibling checkpoints have (a run written before manifests has none at all)."
+    if (path/CHECKPOINT_MANIFEST).exists() or path.parent.name != 'checkpoints': return False
+    return any(CHECKPOINT_RE.match(s.name) and (s/CHECKPOINT_MANIFEST).is_file() for s in path.parent.iterdir() if s != path)
+
 def checkpoint_problem(path,                # a checkpoint folder (`RUN/checkpoints/stepN`)
-                       full: bool = False,  # also compare every file's sha256 with the manifest (reads every byte)
+                       full: bool = False,  # also compare every file's sha256 with the manifest (`digest_problem`: each file is read once per process)
                       ) -> str | None:      # what is wrong; None when it verifies
     """What makes the checkpoint folder `path` unusable, or None when it verifies. The cheap check (default): the
-    required files are there, every file the manifest lists has the size it lists, every safetensors header parses and
-    its tensors fill the file, every JSON file parses. A checkpoint written before manifests is checked by parsing
-    alone. `full=True` also compares every file's sha256 with the manifest."""
+    required files are there, the manifest is there when the run's other checkpoints have one, every file the manifest
+    lists has the size it lists, every safetensors header parses and its tensors fill the file, every JSON file parses.
+    A checkpoint of a run written before manifests is checked by parsing alone. `full=True` also compares every file's
+    sha256 with the manifest."""
     path = Path(path)
     if not path.is_dir(): return f"{path} is not a folder"
     files = sorted(p for p in path.rglob('*') if p.is_file())
     sig = tuple((p.relative_to(path).as_posix(), *(lambda st: (st.st_size, st.st_mtime_ns))(p.stat())) for p in files)
+    if _lost_manifest(path): return f"{CHECKPOINT_MANIFEST} is missing, though the run's other checkpoints have one (the save was cut short, or the file was removed)"
     cached = _VERIFIED.get(str(path))
-    if cached is not None and cached[0] == sig and not full: return cached[1]
-    problem, listed = None, None
-    if missing := [r for r in _required_files(path) if not (path/r).is_file()]:
-        problem = f"files are missing: {', '.join(missing)}"
-    elif (path/CHECKPOINT_MANIFEST).exists():
-        try:
-            listed = json.loads((path/CHECKPOINT_MANIFEST).read_text(encoding='utf-8'))['files']
-            sizes = {rel: int(v['size']) for rel, v in listed.items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError): problem = f"{CHECKPOINT_MANIFEST} is garbled"
-        else:
-            for rel, size in sizes.items():
-                p = path/rel
-                if not p.is_file(): problem = f"{rel} is missing"; break
-                if p.stat().st_size != size: problem = f"{rel} has {p.stat().st_size} bytes, its manifest says {size}"; break
-    if problem is None:
-        for p in files:
-            check = safetensors_problem if p.suffix == '.safetensors' else _json_problem if p.suffix == '.json' else None
-            if check and (problem := check(p)): problem = problem.replace(p.name, p.relative_to(path).as_posix(), 1); break
-    if problem is None and full and listed is not None:
-        for rel, v in listed.items():
-            if sha256_file(path/rel) != v.get('sha256'): problem = f"{rel} changed after it was written (its sha256 differs from the manifest's)"; break
-    if not full or problem is not None: _VERIFIED[str(path)] = (sig, problem)
-    return problem
+    problem = cached[1] if cached is not None and cached[0] == sig else None
+    if cached is None or cached[0] != sig:
+        if missing := [r for r in _required_files(path) if not (path/r).is_file()]:
+            problem = f"files are missing: {', '.join(missing)}"
+        elif (path/CHECKPOINT_MANIFEST).exists():
+            try: sizes = {rel: int(v['size']) for rel, v in json.loads((path/CHECKPOINT_MANIFEST).read_text(encoding='utf-8'))['files'].items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError): problem = f"{CHECKPOINT_MANIFEST} is garbled"
+            else:
+                for rel, size in sizes.items():
+                    p = path/rel
+                    if not p.is_file(): problem = f"{rel} is missing"; break
+                    if p.stat().st_size != size: problem = f"{rel} has {p.stat().st_size} bytes, its manifest says {size}"; break
+        if problem is None:
+            for p in files:
+                check = safetensors_problem if p.suffix == '.safetensors' else _json_problem if p.suffix == '.json' else None
+                if check and (problem := check(p)): problem = problem.replace(p.name, p.relative_to(path).as_posix(), 1); break
+        _VERIFIED[str(path)] = (sig, problem)
+    return problem if problem is not None or not full else digest_problem(path)
 
 # %% ../nbs/04c_checkpoints.ipynb #b20da736
 def checkpoint_is_complete(path: Path,  # a checkpoint folder
@@ -151,19 +182,23 @@ def damaged_checkpoints(run_dir,              # the run folder
 
 # %% ../nbs/04c_checkpoints.ipynb #df751c9e
 def remove_interrupted_saves(run_dir,           # the run folder (its `checkpoints/` is cleaned)
-                            ) -> list[Path]:  # the folders removed
-    "Remove the temporary folders (`.stepN.tmp-*`, `.stepN.old-*`) that killed checkpoint saves left in a run; the removed paths."
+                            ) -> list[Path]:  # the folders and files removed
+    """Remove the temporary folders (`.stepN.tmp-*`, `.stepN.old-*`) that killed checkpoint saves left in a run, and the
+    temporary files of killed atomic writes older than this process (`remove_stale_temps`); the removed paths."""
     ck = Path(run_dir)/'checkpoints'
     junk = [p for pat in ('.step*.tmp-*', '.step*.old-*') for p in ck.glob(pat)] if ck.is_dir() else []
     for p in junk: shutil.rmtree(p, ignore_errors=True)
-    return junk
+    return junk + remove_stale_temps(ck)
 
 # %% ../nbs/04c_checkpoints.ipynb #18f2c650
-def verify_checkpoint(path,         # a checkpoint folder
+def verify_checkpoint(path,                     # a checkpoint folder
+                      model_only: bool = False, # compare the sha256 of the files a model load reads only (not the optimizer and trainer state)
+                      fix: str | None = None,   # the fix the error gives (None: `DAMAGED_FIX`)
                      ) -> None:
-    "Check every file of a checkpoint against its manifest (sizes and sha256); raise `NlEmbryoError` naming what is wrong."
-    if problem := checkpoint_problem(path, full=True):
-        raise NlEmbryoError(f"checkpoint {path} is damaged: {problem}", DAMAGED_FIX)
+    """Check a checkpoint against its manifest (the cheap check, then the sha256 of its files, each read once per process
+    while unchanged); raise `NlEmbryoError` naming the checkpoint, what is wrong and the fix."""
+    if problem := checkpoint_problem(path) or digest_problem(path, model_only=model_only):
+        raise NlEmbryoError(f"checkpoint {path} is damaged: {problem}", DAMAGED_FIX if fix is None else fix)
 
 # %% ../nbs/04c_checkpoints.ipynb #18363efc
 DAMAGED_FIX = ("load another step of the run; to write it again, remove the folder and continue the run with `nl-embryo pretrain "
@@ -173,6 +208,15 @@ def _write_manifest(folder: Path) -> None:
     files = {p.relative_to(folder).as_posix(): dict(size=p.stat().st_size, sha256=sha256_file(p))
              for p in sorted(folder.rglob('*')) if p.is_file() and p.name != CHECKPOINT_MANIFEST}
     atomic_write_json(folder/CHECKPOINT_MANIFEST, dict(files=files))
+
+# %% ../nbs/04c_checkpoints.ipynb #332bc110
+def verify_run(run_dir,                  # the run folder (its checkpoints are in `run_dir/checkpoints/stepN`)
+              ) -> pd.DataFrame:          # one row per checkpoint folder, by step: step, ok, problem ('' when it verifies)
+    "Check every checkpoint of a run against its manifest, sha256 included (`checkpoint_problem(full=True)`)."
+    ck = Path(run_dir)/'checkpoints'
+    if not ck.is_dir(): raise NlEmbryoError(f"{run_dir} has no checkpoints/ folder", "pass a run folder written by nl-embryo pretrain")
+    rows = [(int(m.group(1)), checkpoint_problem(p, full=True)) for p in ck.iterdir() if (m := CHECKPOINT_RE.match(p.name))]
+    return pd.DataFrame([dict(step=s, ok=p is None, problem=p or '') for s, p in sorted(rows)], columns=['step', 'ok', 'problem'])
 
 # %% ../nbs/04c_checkpoints.ipynb #7cbab6fc
 def disk_full_error(where: str,                     # what could not be written, and where (it goes into the message)
@@ -214,6 +258,9 @@ def save_checkpoint(run_dir,             # the run folder: the checkpoint goes t
             tensors, meta = optimizer_to_safetensors(optimizer)
             save_file(tensors, str(tmp/'optimizer.safetensors'))
             (tmp/'trainer_state.json').write_text(json.dumps(dict(state, step=step, optimizer=meta, half=half), indent=1))
+            mode = file_mode()                  # safetensors writes 0600 whatever the umask: a group must read a shared run
+            for p in tmp.rglob('*'):
+                if p.is_file(): os.chmod(p, mode)
             _write_manifest(tmp)
     except Exception as e:
         if is_disk_full(e): raise disk_full_error(f"checkpoint step{step} could not be written under {dest.parent}") from e

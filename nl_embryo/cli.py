@@ -4,13 +4,13 @@
 
 # %% ../nbs/15_cli.ipynb #32450c37
 from __future__ import annotations
-import argparse, sys, time
+import argparse, difflib, re, sys, time
 
 from . import __version__
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['OBJECTIVE_ARCH', 'make_parser', 'main']
+__all__ = ['OBJECTIVE_ARCH', 'CliParser', 'unknown_flags_error', 'make_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #50cb5fec
 def _data_fetch(args):
@@ -56,6 +56,14 @@ def _pretrain(args):
     if 'objective' in opts and 'arch' not in opts and opts['objective'] in OBJECTIVE_ARCH:
         opts['arch'] = OBJECTIVE_ARCH[opts['objective']]
         if not args.quiet: print(f"--objective {opts['objective']}: using --arch {opts['arch']} (pass --arch to choose another)")
+    if 'out' not in opts:                                      # not the demo's folder: one named after what is trained
+        opts['out'] = f"runs/{opts.get('arch', PretrainConfig.arch)}-{opts.get('corpus', PretrainConfig.corpus)}"
+        if not args.quiet: print(f"no --out given: the run goes to {opts['out']}")
+    if args.seeds is not None:
+        from nl_embryo.pretrain import pretrain_seeds
+        runs = pretrain_seeds(PretrainConfig(**opts), args.seeds, resume=args.resume, quiet=args.quiet)
+        if not args.quiet: print(f"{len(runs)} seed run(s) written to {PretrainConfig(**opts).out}: {', '.join(r.name for r in runs)}")
+        return
     run = pretrain(PretrainConfig(**opts), resume=args.resume, quiet=args.quiet)
     if not args.quiet: print(f"run written to {run}")
 
@@ -78,9 +86,12 @@ def _analyze(args):
     "`nl-embryo analyze`: the analyses the flags name (or every default one) over the run's checkpoints, through the one registry."
     from nl_embryo.analysis import analyses, analyze
     from nl_embryo.timeline import Run
+    from nl_embryo.registry import seed_runs
     steps = _parse_steps(args.steps)            # bad input is named before anything is read
-    run = Run(args.run, out=args.out)
+    if len(args.run) > 1 or seed_runs(args.run[0]): return _analyze_set(args, steps)
+    run = Run(args.run[0], out=args.out, eval_text=args.eval_text)
     if not run.source.owned: print(f"{run.path}: {run.source.kind}, {len(run.steps())} checkpoint(s); analyses -> {run.analysis_dir}")
+    if run.eval_text: print(f"eval text: {run.eval_text['name']} ({run.eval_text['kind']}), {run.eval_text['n_tokens']:,} tokens, unigram entropy {run.eval_text['unigram_entropy']:.3f} nats per token")
     reg = analyses()
     chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
     if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
@@ -91,6 +102,30 @@ def _analyze(args):
         df = analyze(run, name, steps=steps, progress=not args.quiet, **opts)
         if args.quiet: print(f"{name}: {len(df):,} rows -> {run.table_path(name)} ({time.perf_counter() - t0:.0f} s)")
 
+# %% ../nbs/15_cli.ipynb #56a04471
+def _analyze_set(args, steps):
+    "`nl-embryo analyze RUN RUN ...` or `nl-embryo analyze OUT` (seed runs): each analysis over every run, and a row per group of seeds."
+    from pathlib import Path
+    from nl_embryo.analysis import analyses
+    from nl_embryo.registry import analyze_runs, seed_runs
+    from nl_embryo.timeline import Run
+    paths = [p for x in args.run for p in (seed_runs(x) or [Path(x)])]
+    runs = [Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{Path(p).name}', eval_text=args.eval_text) for i, p in enumerate(paths)]
+    reg = analyses()
+    chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
+    if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
+    home = Path(args.run[0])/'analysis' if len(args.run) == 1 else None      # a folder of seeds keeps the set's tables
+    for name, value in chosen.items():
+        a = reg[name]
+        opts = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
+        df = analyze_runs(runs, name, steps=steps, progress=not args.quiet, **opts)
+        pooled = df[df['n_seeds'] > 1]
+        where = ''
+        if home is not None:
+            home.mkdir(parents=True, exist_ok=True); df.to_parquet(home/f'{name}.parquet'); where = f" -> {home/f'{name}.parquet'}"
+        seeds = f"{len(pooled):,} pooled over {int(pooled['n_seeds'].max())} pre-training seeds" if len(pooled) else 'one pre-training seed per run'
+        print(f"{name}: {len(runs)} runs, {len(df) - len(pooled):,} rows, {seeds}{where}")
+
 # %% ../nbs/15_cli.ipynb #14fb4a8e
 def _add_analyze(sub):
     "`nl-embryo analyze`: a flag per registered analysis (nl_embryo.analysis.analyses())."
@@ -99,7 +134,8 @@ def _add_analyze(sub):
     a = sub.add_parser('analyze', help='run embryology analyses over the checkpoints of a run (cached per checkpoint)',
                        description='Run the registered analyses over the checkpoints of a run: their tables accumulate in RUN/analysis/ '
                                    '(more steps or other options add rows), cached per checkpoint.', allow_abbrev=False)
-    a.add_argument('run', metavar='RUN', help='a run folder of nl_embryo, a Trainer output folder, step folders, a hub-cache repository, a mapping file or a model folder')
+    a.add_argument('run', metavar='RUN', nargs='+', help='a run folder of nl_embryo, a Trainer output folder, step folders, a hub-cache repository, a mapping file '
+                   'or a model folder; several, or a folder of seed runs (nl-embryo pretrain --seeds): one set of runs, with intervals over the seeds')
     a.add_argument('--out', default=None, metavar='DIR', help='where the analyses of checkpoints nl_embryo did not write go (default: a folder of the data '
                    'cache, printed by nl-embryo timeline); nothing is written into them')
     for name, an in reg.items():
@@ -108,6 +144,9 @@ def _add_analyze(sub):
                            help=an.cli.get('help', an.description) + ' (alone: the default)')
         else: a.add_argument(f'--{name}', action='store_true', default=None, help=an.description)
     a.add_argument('--steps', help='only these checkpoint steps, e.g. 0,64,300 (default: all)')
+    a.add_argument('--eval-text', default=None, metavar='TEXT', help='for checkpoints nl_embryo did not train: the held-out text that surgery and the '
+                   'unigram plateau measure, a corpus of nl_embryo (its eval split, e.g. english) or a UTF-8 text file, tokenised with the '
+                   "checkpoints' own tokenizer and recorded in the analysis folder (eval_text.json); ignored for nl_embryo's own runs")
     a.add_argument('--quiet', action='store_true', help='no progress bars')
     a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
     a.set_defaults(func=_analyze)
@@ -143,6 +182,25 @@ def _add_timeline(sub):
     t.add_argument('--out', default=None, metavar='DIR', help='the analysis folder to use for it (default: printed)')
     t.add_argument('--no-record', action='store_true', help="do not hash the checkpoints' weights now (they are hashed when first analysed)")
     t.set_defaults(func=_timeline)
+
+# %% ../nbs/15_cli.ipynb #85ac0607
+def _verify(args):
+    "`nl-embryo verify RUN`: every checkpoint against its manifest (sha256 included); exit status 1 when one is damaged."
+    from nl_embryo.checkpoints import verify_run
+    df = verify_run(args.run)
+    print(df.to_string(index=False, max_colwidth=120) if len(df) else f"{args.run} has no checkpoint yet")
+    if len(bad := df[~df['ok']]):
+        print(f"{len(bad)} of {len(df)} checkpoint(s) damaged: step(s) {', '.join(map(str, bad['step']))}. Analyses refuse them; to write "
+              f"them again, remove them and continue the run with `nl-embryo pretrain --out {args.run} --resume` (and the run's options)")
+        sys.exit(1)
+    print(f"{len(df)} checkpoint(s) verify")
+
+def _add_verify(sub):
+    "`nl-embryo verify`: check a run's checkpoints against their manifests."
+    v = sub.add_parser('verify', help="compare every file of a run's checkpoints with the sha256 of its manifest; exit status 1 when one is damaged",
+                       allow_abbrev=False)
+    v.add_argument('run', metavar='RUN', help='a run folder written by nl-embryo pretrain')
+    v.set_defaults(func=_verify)
 
 # %% ../nbs/15_cli.ipynb #f957fac7
 def _docs(args):
@@ -183,22 +241,46 @@ def _add_pretrain(sub):
         else:
             t = hints[f.name]; args = typing.get_args(t)
             typ = next((a for a in args if a in (int, float, str)), t if t in (int, float, str) else str)
-            default = 'from the recipe' if f.default is None and f.name in RECIPE_FIELDS else f.default
+            default = ('from the recipe' if f.default is None and f.name in RECIPE_FIELDS else 'runs/ARCH-CORPUS, e.g. runs/bert-english'
+                       if f.name == 'out' else f.default)
             p.add_argument(flag, dest=f.name, type=typ, default=None, choices=choices.get(f.name),
                            help=note if 'default' in note else f"{note} (default: {default})")
     p.add_argument('--resume', action='store_true', help='continue from the newest complete checkpoint in --out')
+    p.add_argument('--seeds', default=None, metavar='0,1,2', help='one run per pre-training seed, into OUT/seed0, OUT/seed1, ... (the same '
+                   'options but --seed); with --resume each continues, and `nl-embryo analyze OUT` analyses them as one set')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
     p.set_defaults(func=_pretrain)
 
-# %% ../nbs/15_cli.ipynb #6abb627d
-def make_parser() -> argparse.ArgumentParser:
-    "The argument parser of `nl-embryo`."
-    p = argparse.ArgumentParser(prog='nl-embryo', description='Language-model embryology: pre-train, keep a checkpoint timeline, measure.',
-                                allow_abbrev=False)
-    p.add_argument('--version', action='version', version=f'nl_embryo {__version__}')
-    sub = p.add_subparsers(dest='command', metavar='COMMAND')
-    sub.required = True
+# %% ../nbs/15_cli.ipynb #5ddc9b16
+def _closest(word: str, candidates) -> str:
+    "' (did you mean X?)' for the candidate closest to `word`, or ''."
+    hit = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f" (did you mean {hit[0]}?)" if hit else ''
 
+class CliParser(argparse.ArgumentParser):
+    "An argparse parser whose errors are one line with a suggestion, not the usage block."
+    def error(self, message: str):
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        hint = _closest(bad.group(1), re.findall(r"'([^']*)'", bad.group(2))) if bad else ''
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n(`{self.prog} --help` lists the options)\n")
+
+def unknown_flags_error(parser: argparse.ArgumentParser,  # the `nl-embryo` parser (`make_parser`)
+                        argv: list[str],                  # the arguments given
+                        extra: list[str],                 # those argparse did not recognise (`parse_known_args`)
+                       ) -> str:                          # the message: each unknown argument, with the closest flag of its command
+    "The error for arguments no parser knows, with the closest flag of the command they were given to."
+    sub = parser
+    for a in argv:                                        # walk down the sub-commands named on the line
+        kids = next((x.choices for x in sub._actions if isinstance(x, argparse._SubParsersAction)), {})
+        if a in kids: sub = kids[a]
+    flags = [o for act in sub._actions for o in act.option_strings]
+    said = '; '.join(f"{x}{_closest(x.split('=')[0], flags) if x.startswith('-') else ''}" for x in extra)
+    return f"{sub.prog}: error: unrecognized argument(s): {said}\n(`{sub.prog} --help` lists the options)"
+
+
+# %% ../nbs/15_cli.ipynb #38409fc9
+def _add_data_corpus(sub):
+    "`nl-embryo data` (fetch, list, verify) and `nl-embryo corpus` (list, build)."
     data = sub.add_parser('data', help='fetch and list the registered data').add_subparsers(dest='data_command', metavar='ACTION')
     data.required = True
     f = data.add_parser('fetch', help='fetch registered data into the cache (checksummed); no names: the default set')
@@ -220,16 +302,31 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument('--force', action='store_true', help='rebuild even if cached')
     b.set_defaults(func=_corpus_build)
 
+# %% ../nbs/15_cli.ipynb #6abb627d
+def make_parser() -> argparse.ArgumentParser:
+    "The argument parser of `nl-embryo`."
+    p = CliParser(prog='nl-embryo', description='Language-model embryology: pre-train, keep a checkpoint timeline, measure.',
+                                allow_abbrev=False)
+    p.add_argument('--version', action='version', version=f'nl_embryo {__version__}')
+    sub = p.add_subparsers(dest='command', metavar='COMMAND')
+    sub.required = True
+
+    _add_data_corpus(sub)
+
     _add_pretrain(sub)
 
     _add_analyze(sub)
     _add_timeline(sub)
+    _add_verify(sub)
 
     from nl_embryo.batch import add_sweep_parser
     add_sweep_parser(sub)
 
     from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS, DEMO_SPREAD, SPREADS
-    d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report')
+    d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report',
+                       description='The main job: fetch the data it reads, pre-train the tiny2 BERT on English with a timeline of checkpoints '
+                                   '(resuming a demo already in --out), run the registered analyses on --analysis-steps of them and write '
+                                   'report.ipynb and report.html into the run folder; prints the three checks.')
     d.add_argument('--out', default='runs/demo', help='the run folder (the report is written into it)')
     d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
                    help=f"model size (default {DEMO_DEFAULTS['preset']}; tiny: twice its depth, ~7 minutes on 2 cores; small or base: a larger study on a GPU server)")
@@ -241,7 +338,9 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument('--no-analyses', action='store_true', help='train and report the training curves only')
     d.set_defaults(func=_demo)
 
-    doc = sub.add_parser('docs', help='render the docs site (Quarto where installed, else the nbconvert fallback)')
+    doc = sub.add_parser('docs', help='render the docs site (Quarto where installed, else the nbconvert fallback)',
+                         description='Render the docs site from the notebooks in nbs/ into _docs/ (Quarto where installed, else the nbconvert '
+                                     'fallback) and regenerate README.md from nbs/index.ipynb; warnings and dead links are listed in a named file.')
     doc.add_argument('--no-strict', action='store_true', help='do not fail on pages that carry error outputs')
     doc.set_defaults(func=_docs)
     for parser in _all_parsers(p): parser.allow_abbrev = False     # `--step 5` is not `--steps 5`
@@ -259,7 +358,12 @@ def _all_parsers(p: argparse.ArgumentParser):
 def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None: the command line's, sys.argv[1:])
         ) -> int:                         # the exit status: 0 done, 2 an NlEmbryoError (printed, no traceback), 130 interrupted
     "Entry point of the `nl-embryo` console script."
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:                                                  # a mistyped flag: named with the closest one of its command
+        print(unknown_flags_error(parser, argv, extra), file=sys.stderr)
+        return 2
     try:
         args.func(args)
     except NlEmbryoError as e:

@@ -4,15 +4,16 @@
 
 # %% ../nbs/00_core.ipynb #3b6fcfa7
 from __future__ import annotations
-import contextlib, errno, hashlib, importlib.util, json, os, random, shutil, tempfile, uuid
+import contextlib, errno, hashlib, importlib.util, json, os, random, shutil, tempfile, time, uuid
 from pathlib import Path
 
 import numpy as np
 
 # %% auto #0
-__all__ = ['NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'atomic_dir', 'is_disk_full', 'sha256_file', 'seed_everything', 'get_device',
-           'autocast_dtype', 'native_bf16', 'human_size', 'torch_threads']
+__all__ = ['PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
+           'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'is_disk_full', 'sha256_file', 'file_mode',
+           'remove_stale_temps', 'seed_everything', 'get_device', 'autocast_dtype', 'native_bf16', 'human_size',
+           'check_writable', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -117,6 +118,31 @@ def sha256_file(path,                  # the file to hash (str or Path)
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
 
+# %% ../nbs/00_core.ipynb #1f82c576
+def file_mode() -> int:  # the permission bits, e.g. 0o644 under umask 022, 0o664 under 002
+    "The permission bits a new file gets under this process's umask: `0o666 & ~umask`."
+    try:
+        for line in Path('/proc/self/status').read_text().splitlines():
+            if line.startswith('Umask:'): return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError): pass
+    mask = os.umask(0o022); os.umask(mask)          # no /proc: read the umask by setting it back at once
+    return 0o666 & ~mask
+
+# %% ../nbs/00_core.ipynb #80afef73
+PROCESS_STARTED = time.time()   # when this process imported nl_embryo: a temporary file older than that is no write in progress
+
+def remove_stale_temps(folder,         # the folder to clean, with its subfolders (missing: nothing to do)
+                      ) -> list[Path]: # the files removed
+    "Remove the temporary files (`.NAME.tmp-*`) that killed atomic writes left in `folder` and below: those older than this process."
+    folder = Path(folder)
+    if not folder.is_dir(): return []
+    gone = []
+    for p in folder.rglob('.*.tmp-*'):
+        try:
+            if p.is_file() and p.stat().st_mtime < PROCESS_STARTED: p.unlink(); gone.append(p)
+        except OSError: pass                      # removed meanwhile by another process
+    return gone
+
 # %% ../nbs/00_core.ipynb #d6e2416b
 def seed_everything(seed: int,  # the seed of every generator (NumPy gets `seed % 2**32`)
                     ) -> None:
@@ -126,10 +152,19 @@ def seed_everything(seed: int,  # the seed of every generator (NumPy gets `seed 
 
 def get_device(device: str | None = None,  # a torch device name, e.g. 'cpu', 'cuda:1' (None or '': CUDA when available, else CPU)
                ):                          # a `torch.device`
-    "The torch device to use: `device` if given, else CUDA when available, else CPU."
+    """The torch device to use: `device` if given, else CUDA when available, else CPU. An unknown name, or a CUDA device
+    this machine does not have, raises `NlEmbryoError` (never a silent fall-back to the CPU)."""
     import torch
-    if device: return torch.device(device)
-    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if not device: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try: d = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise NlEmbryoError(f"unknown device {device!r}", "use --device cpu, cuda or cuda:N (or leave --device out: CUDA when available, else the CPU)") from None
+    n = torch.cuda.device_count() if d.type == 'cuda' and torch.cuda.is_available() else 0
+    if d.type == 'cuda' and not n:
+        raise NlEmbryoError(f"--device {device}: no CUDA device is available on this machine", "use --device cpu (or leave --device out: CUDA when available, else the CPU)")
+    if d.type == 'cuda' and d.index is not None and d.index >= n:
+        raise NlEmbryoError(f"--device {device}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}", "use one of them, or --device cpu")
+    return d
 
 def autocast_dtype(device,  # the device the forward passes run on: a `torch.device` or its name, e.g. 'cuda'
                    ):       # `torch.bfloat16`, or None for full precision
@@ -157,6 +192,25 @@ def human_size(n: float,  # a number of bytes
     for unit in ['B', 'KB', 'MB', 'GB', 'TB']:
         if abs(n) < 1024 or unit == 'TB': return f"{n:.0f} {unit}" if unit == 'B' else f"{n:.1f} {unit}"
         n /= 1024
+
+# %% ../nbs/00_core.ipynb #4697beac
+def check_writable(path,                 # the folder to write into (it need not exist yet)
+                   what: str = '--out',  # how the user named the folder, for the message
+                  ) -> Path:             # `path`, as a Path
+    """Raise `NlEmbryoError` unless files can be written into folder `path`: checked where it exists, else in the nearest
+    existing folder above it (a probe file is created there and removed at once); nothing else is created."""
+    path = Path(path); here = path
+    while not here.exists() and here != here.parent: here = here.parent
+    if not here.is_dir():
+        raise NlEmbryoError(f"{what} {path} cannot be created: {here} is a file, not a folder", f"give {what} the path of a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix='.nl_embryo-write-check-', dir=here)
+        os.close(fd); os.unlink(probe)
+    except OSError as e:
+        raise NlEmbryoError(f"{what} {path} cannot be written: {here} is read-only ({e.strerror or e})",
+                            f"choose a folder you can write to for {what}, or make {here} writable (e.g. chmod u+w {here})") from None
+    return path
+
 
 # %% ../nbs/00_core.ipynb #c5d958be
 @contextlib.contextmanager

@@ -366,6 +366,9 @@ def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english
         texts = texts_fn()
         if not texts: raise NlEmbryoError(f"no text to train the {name} tokenizer on", f"fetch its data: nl-embryo data fetch")
         tok = train_wordpiece(texts, vocab_size=vocab_size, lowercase=opts['lowercase'])
+        if len(tok) > vocab_size:    # the special tokens and the alphabet do not fit: refused, and not cached
+            raise NlEmbryoError(f"--vocab-size {vocab_size} is too small for the {name} tokenizer: its special tokens and the characters "
+                                f"of its text alone take {len(tok)} pieces", f"use --vocab-size {len(tok)} or more (8000 is the default)")
     with atomic_dir(folder, overwrite=True) as tmp:
         tok.save_pretrained(tmp)
         if name == 'english': np.save(tmp/'unigram.npy', _unigram_counts(tok, texts))

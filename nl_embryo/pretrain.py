@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_pretrain.ipynb #79eb4db0
 from __future__ import annotations
-import dataclasses, errno, json, math, os, re, shutil, time, warnings
+import dataclasses, errno, json, math, numbers, os, re, shutil, time, typing, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,8 +17,9 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
-                            is_disk_full, native_bf16, sha256_file)
-from .corpora import SPECIAL_TOKENS, CORPORA, load_corpus
+                            is_disk_full, native_bf16, sha256_file, check_writable)
+from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, load_corpus, tokenizer_dir
+from .data import fetch, is_fetched
 from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, POSITION_INITS, is_pair,
                               split_mlm_head, build_model, check_tokenizer_matches, set_attention, count_parameters, training_flops)
 from .objectives import (EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
@@ -27,10 +28,11 @@ from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model,
                                    remove_interrupted_saves, save_checkpoint, verify_checkpoint)
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'Lamb', 'make_optimizer', 'lr_at',
-           'checkpoint_steps', 'Recipe', 'PretrainConfig', 'warmup_steps', 'batch_size_at', 'data_position',
-           'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
-           'training_attention', 'pretrain']
+__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'CORPUS_SOURCES',
+           'TOKENIZER_SOURCES', 'Lamb', 'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig',
+           'check_config', 'warmup_steps', 'batch_size_at', 'data_position', 'unigram_log_probs', 'set_output_bias',
+           'eval_batches', 'unigram_entropy', 'batch_rows', 'training_attention', 'corpus_sources',
+           'fetch_corpus_sources', 'check_out_folder', 'pretrain', 'pretrain_seeds']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
@@ -195,10 +197,45 @@ class PretrainConfig:
     half_checkpoints: bool = False    # store checkpoint weights in bfloat16 (half the disk; resume is then not exact)
     device: str | None = None         # cpu | cuda | None (auto)
 
+# %% ../nbs/04_pretrain.ipynb #211b9d08
+OPTIMIZERS = ('adamw', 'lamb')
+
+def _type_ok(v, allowed: tuple) -> bool:
+    "Whether value `v` fits one of the types `allowed` of a config field (bools are not numbers; an int goes where a float does)."
+    if isinstance(v, bool): return bool in allowed
+    if isinstance(v, numbers.Integral) and (int in allowed or float in allowed): return True
+    if isinstance(v, numbers.Real): return float in allowed
+    return isinstance(v, str) and str in allowed
+
+def check_config(cfg: PretrainConfig,  # the options as given (before `resolved` fills in the recipe's)
+                ) -> None:
+    """Raise `NlEmbryoError` for an option of the wrong type (each field against its annotation) or out of range:
+    the vocabulary, the eval batches, the ELECTRA temperature and loss weights, the optimizer and the device."""
+    hints = typing.get_type_hints(PretrainConfig)
+    for f in dataclasses.fields(PretrainConfig):
+        v, allowed = getattr(cfg, f.name), typing.get_args(hints[f.name]) or (hints[f.name],)
+        if (v is None and type(None) in allowed) or _type_ok(v, allowed): continue
+        want = ' or '.join('a number' if a is float else a.__name__ for a in allowed if a is not type(None))
+        example = f.default if f.default is not None else getattr(RECIPES['bert'], f.name, None)
+        raise NlEmbryoError(f"option {f.name} must be {want}{' (or None)' if type(None) in allowed else ''}, not {type(v).__name__} {v!r}",
+                            f"pass {f.name}={example!r} or the like (--{f.name.replace('_', '-')} on the command line)" if example is not None
+                            else f"pass {f.name} as {want}, or None")
+    if cfg.vocab_size <= N_SPECIAL:
+        raise NlEmbryoError(f"--vocab-size {cfg.vocab_size} leaves no room for text: a vocabulary holds the {N_SPECIAL} special tokens and every character of its text",
+                            "use e.g. --vocab-size 8000 (a WordPiece tokenizer names its exact minimum when it is trained)")
+    if cfg.eval_batches < 1: raise NlEmbryoError(f"--eval-batches {cfg.eval_batches}: the eval needs at least 1 batch", "use e.g. --eval-batches 4")
+    if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)): raise NlEmbryoError(f"--temperature {cfg.temperature} is not a sampling temperature: it must be a finite number above 0", "use e.g. --temperature 0.8 (below 1 sharpens, above 1 flattens)")
+    for k in ('rtd_weight', 'script_alpha'):
+        if not (getattr(cfg, k) >= 0 and math.isfinite(getattr(cfg, k))): raise NlEmbryoError(f"--{k.replace('_', '-')} {getattr(cfg, k)} must be a finite number, 0 or more", f"use e.g. {PretrainConfig.__dataclass_fields__[k].default}")
+    if cfg.optimizer not in OPTIMIZERS: raise NlEmbryoError(f"unknown optimizer {cfg.optimizer!r}", f"choose one of: {', '.join(OPTIMIZERS)}")
+    if cfg.device: get_device(cfg.device)     # an unknown device, or CUDA on a machine without it, is named
+
+
 # %% ../nbs/04_pretrain.ipynb #c9f9b79e
 @patch
 def resolved(self: PretrainConfig) -> 'PretrainConfig':
     "Check the options and fill in defaults: the objective from the arch, the options left at None from the recipe."
+    check_config(self)
     if self.arch not in ARCHS: raise NlEmbryoError(f"unknown architecture {self.arch!r}", f"choose one of: {', '.join(ARCHS)}")
     if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
     obj = self.objective or ARCHITECTURES[self.arch].objective
@@ -374,6 +411,26 @@ def _read_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError: pass          # a line cut by a crash
     return rows
 
+# %% ../nbs/04_pretrain.ipynb #0a3d34ee
+def _metrics_to_keep(path: Path, start: int) -> tuple[list[dict], list[int], int]:
+    "The rows up to `start` (one per step, by step), the steps up to `start` without a row, and the number of lines that do not parse."
+    lines = path.read_text(encoding='utf-8', errors='replace').splitlines() if path.exists() else []
+    rows, cut = {}, 0
+    for line in lines:
+        if not line.strip(): continue
+        try: r = json.loads(line); s = int(r['step'])
+        except (ValueError, KeyError, TypeError, IndexError): cut += 1; continue      # a line cut by a crash
+        if s <= start: rows.setdefault(s, r)
+    return [rows[s] for s in sorted(rows)], sorted(set(range(start + 1)) - set(rows)), cut
+
+def _spans(steps: list[int]) -> str:
+    "Steps as runs, e.g. [2, 3, 4, 7] -> '2-4, 7'."
+    out = []
+    for s in steps:
+        if out and out[-1][1] == s - 1: out[-1][1] = s
+        else: out.append([s, s])
+    return ', '.join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
+
 # %% ../nbs/04_pretrain.ipynb #aec5b621
 def _evaluate(module, batches, seed, device, **override):
     """Mean objective statistics on the eval batches, with fixed masks (no dropout, no gradient), in float32 whatever
@@ -432,22 +489,43 @@ def _accelerator(cfg):
         torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
     return acc, device, bf16
 
+# %% ../nbs/04_pretrain.ipynb #65aae192
+def _recorded_info(run: Path, existing: dict) -> dict:
+    """The run's `config.json` as it was; when it is gone, the options of the newest checkpoint's trainer state (with the
+    eval mask split a new run uses) as `{'config': ...}`; {} when there is neither."""
+    if (run/'config.json').exists():
+        try: info = json.loads((run/'config.json').read_text(encoding='utf-8')); dict(info['config'])
+        except (ValueError, KeyError, TypeError):
+            raise NlEmbryoError(f"{run/'config.json'} is garbled, so --resume cannot check the options against the run's",
+                                "start a new run with another --out (the checkpoints in this one still load with Run(...).load)") from None
+        return info
+    if not existing: return {}
+    try: config = dict(json.loads((existing[max(existing)]/'trainer_state.json').read_text(encoding='utf-8'))['config'])
+    except (OSError, ValueError, KeyError, TypeError): return {}
+    return dict(config=config, eval_mask_split=format_mask_split(eval_split_of({})))
+
+# %% ../nbs/04_pretrain.ipynb #87bfff31
+def _check_resume_point(run: Path, existing: dict) -> None:
+    "Refuse to resume from a checkpoint whose files differ from its manifest (`verify_checkpoint`), naming the fix."
+    if not existing: return
+    start = max(existing); before = [s for s in existing if s < start]
+    where = (f"it continues from step{max(before)}, the newest checkpoint before it" if before else "it starts again from step 0")
+    verify_checkpoint(existing[start], fix=f"remove {existing[start]} and run --resume again: {where} (`nl-embryo verify {run}` checks every checkpoint)")
+
 # %% ../nbs/04_pretrain.ipynb #5c0b35c3
 def _open_run(cfg, run: Path, resume: bool, acc):
-    """The run folder's complete checkpoints (step -> folder), the damaged ones `list_checkpoints` skipped, and the run's
-    `config.json` as it was (empty for a new run); a new run over an old one and a --resume that changes the data, the
+    """The run folder's complete checkpoints (step -> folder), the damaged ones `list_checkpoints` skipped, and what the
+    run recorded of itself (`_recorded_info`: its `config.json`, else its newest checkpoint's options; empty for a new
+    run); a new run over an old one, a --resume from a damaged checkpoint and a --resume that changes the data, the
     model or the batch are refused."""
     skipped = {}
     existing = list_checkpoints(run, warn=acc.is_main_process and not resume, skipped=skipped)
     if existing and not resume:
         raise NlEmbryoError(f"{run} already holds a run (checkpoints up to step{max(existing)})", "continue it with --resume, or choose another --out")
-    old_info = {}
-    if resume and (run/'config.json').exists():
-        try: old_info = json.loads((run/'config.json').read_text(encoding='utf-8')); old = old_info['config']
-        except (ValueError, KeyError, TypeError):
-            raise NlEmbryoError(f"{run/'config.json'} is garbled, so --resume cannot check the options against the run's",
-                                "start a new run with another --out (the checkpoints in this one still load with Run(...).load)") from None
-        old = {'position_init': 'random', **old}      # runs written before the option existed started from random positions
+    old_info = _recorded_info(run, existing) if resume else {}
+    if resume: _check_resume_point(run, existing)
+    if old_info:
+        old = {'position_init': 'random', **old_info['config']}      # runs written before the option existed started from random positions
         diff = {k: (old.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if old.get(k) != getattr(cfg, k)}
         if diff:
             said = ', '.join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in diff.items())
@@ -461,6 +539,7 @@ def _open_run(cfg, run: Path, resume: bool, acc):
 def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
     """The corpus of a run and what the loop needs of it (`corpus`, `tok`, `train`, `ws` the whole-word table, `log_unigram`,
     `eval_batches`, `h_unigram` the unigram entropy of the eval, `eval_split` the eval masks' split), as a namespace."""
+    fetch_corpus_sources(cfg, quiet=quiet or not acc.is_main_process)   # a fresh clone fetches what the corpus reads
     corpus = load_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, cfg.corpus_tokens, quiet=quiet or not acc.is_main_process)
     tok = corpus.tokenizer()
     train, evalb = corpus.train, corpus.eval
@@ -473,6 +552,35 @@ def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
     eval_split = eval_split_of(old_info)
     return SimpleNamespace(corpus=corpus, tok=tok, train=train, ws=ws, log_unigram=log_unigram, eval_batches=ev_batches,
                            h_unigram=h_unigram, eval_split=eval_split)
+
+# %% ../nbs/04_pretrain.ipynb #3e5e2145
+CORPUS_SOURCES = {'code': ('code',), 'protein': ('protein-small',)}   # corpora read from a data source, not through the split registry
+TOKENIZER_SOURCES = {'english': ('brown', 'sotu'), 'turkish': ('turkish',), 'talmud': ('talmud',), 'code': ('code',), 'protein': ()}
+
+def corpus_sources(corpus: str,             # a corpus of `CORPORA`
+                   vocab_size: int = 8000,  # the vocabulary of its tokenizer
+                  ) -> tuple:               # registered data source names, each once
+    "The registered data sources that building `corpus` reads: its documents', and its tokenizer's while that is not trained yet."
+    if corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {corpus!r}", f"choose one of: {', '.join(CORPORA)}")
+    spec = CORPORA[corpus]
+    names = [*spec.split_sources, *CORPUS_SOURCES.get(corpus, ())]
+    tokenizers = [(spec.tokenizer, vocab_size)] + ([('english', 8000)] if spec.artificial else [])   # Zipf corpora draw from the English unigram
+    for name, n in tokenizers:
+        if not tokenizer_dir(name, n).exists(): names += TOKENIZER_SOURCES[name]
+    return tuple(dict.fromkeys(names))
+
+
+# %% ../nbs/04_pretrain.ipynb #5e9a230b
+def fetch_corpus_sources(cfg: PretrainConfig,  # a resolved config: its corpus and the options of its build are read
+                         quiet: bool = False,  # no progress bar and no line per fetched source
+                        ) -> list:             # the sources fetched (none when the corpus is built or its sources are fetched)
+    """Fetch the data sources that building the corpus of `cfg` reads and that are not fetched yet (`nl_embryo.data.fetch`:
+    a progress bar over several); nothing when that corpus is built already."""
+    if (corpus_dir(cfg.corpus, cfg.block_size, cfg.vocab_size, cfg.corpus_tokens)/'header.json').exists(): return []
+    missing = [s for s in corpus_sources(cfg.corpus, cfg.vocab_size) if not is_fetched(s)]
+    if missing: fetch(missing, quiet=quiet)
+    return missing
+
 
 # %% ../nbs/04_pretrain.ipynb #decd4c0b
 def _init_model(cfg, run: Path, resume: bool, existing: dict, skipped: dict, data, acc, quiet: bool):
@@ -528,8 +636,9 @@ def _prepare_training(cfg, model, existing: dict, start: int, state: dict, data,
 
 # %% ../nbs/04_pretrain.ipynb #a08e588a
 def _write_run_info(cfg, run: Path, data, model, old_info: dict, start: int, ck_steps: list, flops_per_block: float, acc,
-                    bf16: bool, attention: str) -> None:
-    "The main process's start of a run: `config.json` (the options, the setup, the --resume history) and the metrics up to `start`."
+                    bf16: bool, attention: str, resumed: bool = False) -> None:
+    """The main process's start of a run: `config.json` (the options, the setup, the --resume history) and the metrics: none
+    for a new run; for a `resumed` one its rows up to `start`, each step once, with a warning naming the steps whose rows were lost."""
     run.mkdir(parents=True, exist_ok=True)
     info = dict(config=asdict(cfg), corpus=data.corpus.header, model=dict(cls=type(model).__name__, n_params=count_parameters(model)),
                 unigram_entropy=data.h_unigram, eval_mask_split=format_mask_split(data.eval_split),
@@ -537,9 +646,17 @@ def _write_run_info(cfg, run: Path, data, model, old_info: dict, start: int, ck_
                 checkpoint_steps=ck_steps, processes=acc.num_processes, device=str(acc.device), precision='bf16' if bf16 else 'fp32',
                 attention=attention, torch=torch.__version__, nl_embryo=__import__('nl_embryo').__version__,
                 history=_history(old_info, cfg, start) if old_info else [_segment(asdict(cfg), 0)])
-    atomic_write_json(run/'config.json', info)
+    try: atomic_write_json(run/'config.json', info)
+    except OSError as e:             # the old config.json stays as it was (the write is atomic)
+        if is_disk_full(e): raise disk_full_error(f"{run/'config.json'} could not be written") from e
+        raise
     metrics_path = run/'metrics.jsonl'
-    kept = [r for r in _read_metrics(metrics_path) if r.get('step', 0) <= start]
+    kept, lost, cut = _metrics_to_keep(metrics_path, start) if resumed else ([], [], 0)
+    if lost:
+        evals = [s for s in lost if s == 0 or s in ck_steps or (cfg.eval_every and s % cfg.eval_every == 0)]
+        warnings.warn(f"{metrics_path} lost the rows of step(s) {_spans(lost)}" + (f", the eval rows of step(s) {_spans(evals)} among them" if evals else '')
+                      + (f" ({cut} line(s) cut or garbled were dropped)" if cut else '') + f": the run continues from step{start}, and its "
+                      f"training curves keep a gap there (the checkpoints are intact)", stacklevel=3)
     atomic_write_text(metrics_path, ''.join(json.dumps(r) + '\n' for r in kept))
 
 # %% ../nbs/04_pretrain.ipynb #32f52c87
@@ -604,6 +721,18 @@ def _finish_run(cfg, run: Path, acc, metrics_path: Path, h_unigram: float) -> No
                       f"{PLATEAU_MARGIN} nat below the corpus' unigram entropy {h_unigram:.3f}, so the model predicts token "
                       f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=3)
 
+# %% ../nbs/04_pretrain.ipynb #dfc5712a
+def check_out_folder(out,                   # the run folder (`PretrainConfig.out`)
+                     resume: bool = False,  # whether the run is to be resumed from it
+                    ) -> Path:              # `out`, as a Path
+    "Raise `NlEmbryoError` for a --resume of a folder that does not exist, or for a run folder that cannot be written."
+    out = Path(out)
+    if resume and not out.exists():
+        raise NlEmbryoError(f"--resume: {out} does not exist, so there is no run to resume",
+                            "drop --resume to start a new run there, or give --out the folder of the run to continue")
+    return check_writable(out, '--out')
+
+
 # %% ../nbs/04_pretrain.ipynb #4ec42bd6
 def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `PretrainConfig()`)
              resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly)
@@ -612,7 +741,7 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
             ) -> Path:                           # the run folder
     "Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path."
     cfg = dataclasses.replace(cfg or PretrainConfig(), **overrides).resolved()
-    run = Path(cfg.out)
+    run = check_out_folder(cfg.out, resume)                          # before any work: a folder to write, a run to resume
     acc, device, bf16 = _accelerator(cfg)
     W, A = acc.num_processes, cfg.grad_accum
     if cfg.batch_size % (A * W):
@@ -630,8 +759,8 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
     metrics_path = run/'metrics.jsonl'
     save = partial(_save, acc, run, cfg, unit, raw, data.tok, optimizer, state)
     log = partial(_log, acc, metrics_path, data.h_unigram)
-    if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, start, ck_steps, flops_per_block, acc, bf16, attention)
-    if start == 0:
+    if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, start, ck_steps, flops_per_block, acc, bf16, attention, bool(existing))
+    if not existing:                    # a new run: its step-0 row and checkpoint (a resumed one keeps those it has)
         if acc.is_main_process: log(dict(step=0, tokens_seen=0, flops=0.0, **evaluate()))
         save(0)
 
@@ -663,3 +792,25 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
 # %% ../nbs/04_pretrain.ipynb #02af1850
 import contextlib as _contextlib
 _nullcontext = _contextlib.nullcontext
+
+# %% ../nbs/04_pretrain.ipynb #5912924d
+def pretrain_seeds(cfg: PretrainConfig | None = None,  # the configuration shared by every seed; its `out` is the folder of the seed folders
+                   seeds=(0, 1, 2),                     # the pre-training seeds: a list of distinct integers, or text such as '0,1,2'
+                   resume: bool = False,                # continue each seed's run from its newest checkpoint (a complete one is left as it is, a missing one starts)
+                   quiet: bool = False,                 # no progress bars and no line per seed
+                   **overrides,                         # options that replace those of `cfg`, e.g. steps=100
+                  ) -> list[Path]:                      # the run folders, `out/seed{N}`, in the order of `seeds`
+    "Pre-train `cfg` once per seed into `cfg.out/seed{N}` (the same configuration but the seed); the run folders."
+    cfg = dataclasses.replace(cfg or PretrainConfig(), **overrides)
+    try: seeds = [int(s) for s in (seeds.split(',') if isinstance(seeds, str) else seeds) if str(s).strip()]
+    except (TypeError, ValueError): raise NlEmbryoError(f"--seeds {seeds!r} is not a list of integers", "write seeds separated by commas, e.g. --seeds 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise NlEmbryoError(f"--seeds {seeds} must name distinct seeds, at least one", "write distinct seeds separated by commas, e.g. --seeds 0,1,2")
+    runs = []
+    for i, s in enumerate(seeds):
+        out = Path(cfg.out)/f'seed{s}'
+        if not quiet: print(f"seed {s} ({i + 1}/{len(seeds)}) -> {out}", flush=True)
+        t0 = time.perf_counter()
+        runs.append(pretrain(dataclasses.replace(cfg, out=str(out), seed=s), resume=resume and out.exists(), quiet=quiet))
+        if not quiet: print(f"seed {s} done in {time.perf_counter() - t0:.0f} s", flush=True)
+    return runs

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from .registry import Analysis, analyze, register
 from .stats import cluster_bootstrap, interval_columns
-from .charts import interval_band, save_chart, step_axis, step_marks, step_slider   # (save_chart: also importable from here, as before)
+from .charts import edge_baselines, interval_band, line_legend, save_chart, step_axis, step_marks, step_slider, y_domain   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
 from .timeline import Run
@@ -25,9 +25,9 @@ from .splits import eval_sentence_ids
 from .models import max_positions
 
 # %% auto #0
-__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBE_WORDS', 'PROBES', 'ProbeTask',
-           'extract_features', 'control_labels', 'most_frequent_label', 'probe_scores', 'load_spacy', 'probe_task',
-           'probes_checkpoint', 'probe_correctness', 'probes_data', 'parse_tasks', 'probe_curves_chart',
+__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBE_WORDS', 'PROBE_BASELINES', 'PROBES',
+           'ProbeTask', 'extract_features', 'control_labels', 'most_frequent_label', 'probe_scores', 'load_spacy',
+           'probe_task', 'probes_checkpoint', 'probe_correctness', 'probes_data', 'parse_tasks', 'probe_curves_chart',
            'probe_heatmap_chart', 'probes_charts', 'probes_section']
 
 # %% ../nbs/06_probes.ipynb #9e517dd5
@@ -474,56 +474,67 @@ def parse_tasks(text: str, # comma-separated task names, e.g. 'pos,dep'
     return tasks
 
 # %% ../nbs/06_probes.ipynb #20e70f51
+PROBE_BASELINES = {'majority': ('majority class', [4, 3]), 'per_word': ('most frequent label of the word', [1, 2])}   # name, dash
+
 def probe_curves_chart(df: pd.DataFrame,          # the probes results over steps (`analyze(run, 'probes')`)
                        metric: str = 'accuracy',  # the metric to draw, e.g. 'accuracy', 'selectivity', 'control_accuracy'
                        title: str | None = None,  # the chart's title (default: from the metric)
                        bands: bool = True,        # draw each layer's 95% interval as a band
                       ):
     """Probe `metric` over steps, one line per layer with its 95% interval as a band, one panel per task (the shared step
-    axis). For accuracies the baselines are drawn: majority class (dashed) and most frequent label per word (dotted);
-    the step-0 model is each line's own start. Live in a notebook: tooltips, a click on the legend picks a layer, and a
-    step slider marks a checkpoint with each layer's value there."""
+    axis). For accuracies the baselines are gray rules labelled with their value: majority class (dashed) and most
+    frequent label per word (dotted); the y axis spans the curves and bands only, a baseline outside it is drawn at its
+    edge. The step-0 model is each line's own start. Live in a notebook: tooltips, a click on the legend picks a
+    layer, and a step slider marks a checkpoint with each layer's value there."""
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
-    baselines = [m for m in ('majority', 'per_word') if metric in ('accuracy', 'control_accuracy') and m in set(df['metric'])]
-    d = interval_columns(df[df['metric'].isin([metric] + baselines)])[['step', 'task', 'layer', 'metric', 'value', 'lo', 'hi']]
+    baselines = [m for m in PROBE_BASELINES if metric in ('accuracy', 'control_accuracy') and m in set(df['metric'])]
+    d = interval_columns(df[df['metric'] == metric])[['step', 'task', 'layer', 'metric', 'value', 'lo', 'hi']]
+    dom = y_domain(d['value'], d['lo'], d['hi'] if bands else d['value'])
+    base = df[df['metric'].isin(baselines)].groupby(['task', 'metric'], as_index=False)['value'].mean()
+    base = edge_baselines(base.assign(baseline=base['metric'].map(lambda m: PROBE_BASELINES[m][0])), dom)
     x = step_axis(d['step'])
-    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer',
-                      legend=alt.Legend(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1))   # a line per layer, not its faint band
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer', legend=line_legend())
     mine = alt.datum.metric == metric
-    y = alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(zero=False))
+    y = alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(domain=dom, zero=False, nice=False))
     tooltip = ['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')]
     pick = alt.selection_point(fields=['layer'], bind='legend', name='pick_layer')
     lines = alt.Chart().transform_filter(mine).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
         x=x, y=y, color=color, opacity=alt.condition(pick, alt.value(1), alt.value(0.12)), tooltip=tooltip).add_params(pick)
     slider, at = step_slider(d['step'])
     layers = (([interval_band(x, color=color, opacity=0.1).transform_filter(mine)] if bands else []) + [lines] +
-              step_marks(x, at, y=y, color=color, tooltip=tooltip, groupby=['task'], where=mine))
-    for b, dash in (('majority', [4, 3]), ('per_word', [1, 2])):
-        if b in baselines:
-            layers.append(alt.Chart().transform_filter(alt.datum.metric == b).transform_aggregate(value='mean(value)', groupby=['task'])
-                          .transform_calculate(baseline=f"'{b.replace('_', '-')} baseline'")
-                          .mark_rule(strokeDash=dash, color='gray').encode(y='value:Q', tooltip=['baseline:N', alt.Tooltip('value:Q', format='.3f')]))
-    subtitle = 'bands: 95% intervals; gray: ' + ', '.join({'majority': 'majority class (dashed)', 'per_word': 'most frequent label of the word (dotted)'}[b] for b in baselines) if baselines else 'bands: 95% intervals'
-    return alt.layer(*layers, data=d).properties(width=260, height=180).facet(
+              step_marks(x, at, y=y, color=color, tooltip=tooltip, groupby=['task'], where=mine, steps=d['step']))
+    for b in baselines:
+        here = alt.Chart().transform_filter(alt.datum.metric == b)
+        layers += [here.mark_rule(strokeDash=PROBE_BASELINES[b][1], color='gray').encode(y=y, tooltip=['baseline:N']),
+                   here.mark_text(align='left', baseline='bottom', dx=3, dy=-2, fontSize=10, color='gray').encode(y=y, x=alt.value(0), text='baseline:N')]
+    subtitle = 'bands: 95% intervals' + ('; gray: ' + ', '.join(f"{PROBE_BASELINES[b][0]} ({'dashed' if b == 'majority' else 'dotted'})" for b in baselines) if baselines else '')
+    return alt.layer(*layers, data=pd.concat([d, base], ignore_index=True)).properties(width=260, height=180).facet(
         column=alt.Column('task:N', title=None)).add_params(slider).properties(
         title=alt.TitleParams(title or f'probe {metric.replace("_", " ")} by layer', subtitle=subtitle))
 
+# %% ../nbs/06_probes.ipynb #82e04ac9
 def probe_heatmap_chart(df: pd.DataFrame,         # the probes results over steps (`analyze(run, 'probes')`)
                         metric: str = 'accuracy', # the metric to draw
                         title: str | None = None, # the chart's title (default: from the metric)
                        ):
-    "Probe `metric` as a layer x checkpoint heatmap, one panel per task."
+    "Probe `metric` as a layer x checkpoint heatmap, one panel per task; its colour scale runs from the majority baseline to 1 for accuracies (0 to 1 otherwise), as the legend title says."
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
     d = df[df['metric'] == metric][['step', 'task', 'layer', 'value']]
+    what = metric.replace('_', ' ')
+    if metric in ('accuracy', 'control_accuracy') and (df['metric'] == 'majority').any():
+        low = float(df.loc[df['metric'] == 'majority', 'value'].min())
+        legend_title = [what, f'from the majority class ({low:.2f}) to 1']
+    else: low, legend_title = 0.0, [what, 'from 0 to 1']
     return alt.Chart(d).mark_rect().encode(
-        x=alt.X('step:O', title='checkpoint (step)'), y=alt.Y('layer:O', sort='descending'),
-        color=alt.Color('value:Q', scale=alt.Scale(scheme='viridis'), title=metric.replace('_', ' ')),
+        x=alt.X('step:O', title='checkpoint (step)', axis=alt.Axis(labelAngle=0)), y=alt.Y('layer:O', sort='descending'),
+        color=alt.Color('value:Q', scale=alt.Scale(scheme='viridis', domain=[low, 1.0], clamp=True), title=legend_title),
         tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f')]
-    ).properties(width=alt.Step(22), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
-        title=title or f'probe {metric.replace("_", " ")}: layer x step')
+    ).properties(width=alt.Step(28), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
+        title=title or f'probe {what}: layer x step')
 
+# %% ../nbs/06_probes.ipynb #e4d5538f
 def probes_charts(tables: dict, # the analysis tables: `'probes'` holds the results
                  ) -> dict:     # chart name -> chart
     "The saved charts of the probes analysis: `probes_accuracy`, `probes_selectivity` (with control tasks), `probes_heatmap`."
@@ -539,7 +550,9 @@ def probes_section(run,          # the run reported on (the section reads only `
     "The probes' part of a report: what they measure, the curves, the heatmap, selectivity and the table of values."
     df = tables['probes']
     parts = ["A linear probe per layer (layer 0 = embeddings) predicts each word's label (for `pos`: its part of speech) "
-             "from the hidden states of every checkpoint (paper 002 §4). Dashed: the majority-class baseline. *Selectivity* "
+             "from the hidden states of every checkpoint (paper 002 §4). Gray rules: the majority-class baseline (dashed) and "
+             "the most frequent label of each word (dotted), labelled with their values (one far below the curves sits at the "
+             "axis' bottom edge). *Selectivity* "
              "is the probe's accuracy minus that of a control task that gives each word type a random label (Hewitt & "
              "Liang 2019): what the layer encodes beyond word identity.",
              probe_curves_chart(df), probe_heatmap_chart(df)]

@@ -13,9 +13,9 @@ import torch
 
 from .registry import Analysis, analyze, part_for, register
 from .stats import cluster_bootstrap, interval_columns
-from .charts import interval_band, step_axis
+from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError, autocast_dtype, torch_threads
-from .timeline import Run
+from .timeline import Run, first_clearing
 from .words import align_words, max_input_length, token_batches, words_frame
 from .data import brown_base_tag, brown_verb_form, load_brown_tagged
 from .splits import eval_sentence_ids
@@ -308,7 +308,7 @@ def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over
     d = d[d['value'].notna()]                                             # groups left out (too few words) are not drawn
     if d.empty: raise NlEmbryoError(f"no {metric} rows for grouping {grouping!r}", "run analyze(run, 'reconstruction') first")
     order = {'pos': list(POS_CLASSES), 'verb_form': list(VERB_FORMS)}.get(grouping, sorted(d['group'].unique(), key=lambda s: (len(s), s)))
-    x, color = step_axis(d['step']), alt.Color('group:N', sort=order, title=grouping.replace('_', ' '))
+    x, color = step_axis(d['step']), alt.Color('group:N', sort=order, title=grouping.replace('_', ' '), legend=line_legend())
     band = interval_band(x, color=color, opacity=0.12)
     line = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=25)).encode(
         x=x, y=alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy'), color=color,
@@ -330,17 +330,23 @@ def reconstruction_charts(tables: dict, # the analysis tables: `'reconstruction'
 # %% ../nbs/07_reconstruction.ipynb #0afb9110
 def prediction_phases(run,  # a `Run` with a reconstruction table
                      ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
-    "Per part of speech, the first step at which mask prediction gets a masked word right."
+    "Per part of speech, the first step whose mask-prediction interval clears the class's step-0 value (`first_clearing`)."
     rec = run.table('reconstruction') if run.has_table('reconstruction') else None
     if rec is None or rec.empty: return []
-    d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')].sort_values('step')
+    d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & rec['value'].notna()].sort_values('step')
     rows = []
     for group, g in d.groupby('group', sort=False):
-        hit = g[g['value'] > 0]
-        rows.append(dict(phase=f'mask prediction: {group}', step=int(hit['step'].iloc[0]) if len(hit) else None,
-                         value=float(hit['value'].iloc[0]) if len(hit) else 0.0, reference=0.0, source='reconstruction',
-                         detail='first step with a masked word of this class predicted exactly' if len(hit) else 'none predicted yet'))
+        base, first = float(g['value'].iloc[0]), int(g['step'].iloc[0])
+        lo = g['lo'].fillna(g['value']) if 'lo' in g else g['value']
+        step, step_lo = first_clearing(g['step'], lo > base)
+        r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
+        was = f"its step-{first} value {base:.3f}" + ('' if first == 0 else ' (no step 0 measured: the first checkpoint is the baseline)')
+        rows.append(dict(phase=f'mask prediction: {group}', step=step, step_lo=step_lo, value=float(r['value']), lo=float(lo[r.name]),
+                         hi=float(r.get('hi', r['value'])), reference=base, source='reconstruction',
+                         detail=(f"95% interval's lower end above {was}, after step {step_lo}" if step is not None else
+                                 f"not beyond {was} by step {step_lo} ({r['value']:.3f}, interval from {lo[r.name]:.3f})")))
     return rows
+
 
 # %% ../nbs/07_reconstruction.ipynb #af40a264
 def reconstruction_section(run,          # the run reported on (the section reads only `tables`)

@@ -4,8 +4,9 @@
 
 # %% ../nbs/05b_registry.ipynb #e2980013
 from __future__ import annotations
-import time
+import re, time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -13,13 +14,14 @@ import pandas as pd
 
 from .core import NlEmbryoError, get_device
 from .timeline import PHASE_DETECTORS, Run, fingerprint, options_key
-from .stats import interval_columns, t_interval
+from .stats import interval_columns, seeds_interval, t_interval
 from .charts import save_chart, use_theme, step_axis
 from .models import quiet_transformers
 
 # %% auto #0
-__all__ = ['ANALYSES', 'NEEDS', 'Analysis', 'register', 'get_analysis', 'check_needs', 'part_for', 'analysis_tables', 'analyze',
-           'run_labels', 'analyze_runs', 'runs_chart', 'Section', 'report_section', 'show_section']
+__all__ = ['ANALYSES', 'NEEDS', 'SEED_DIR', 'Analysis', 'register', 'get_analysis', 'check_needs', 'part_for', 'analysis_tables',
+           'analyze', 'seed_runs', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'runs_chart', 'Section',
+           'report_section', 'show_section']
 
 # %% ../nbs/05b_registry.ipynb #2e639d8e
 @dataclass
@@ -160,7 +162,7 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
     if quiet is not None: progress = not quiet
     run, a = Run.coerce(run), get_analysis(name)
     opts = a.options(**options)
-    check_needs(a.needs, run, a.name)
+    check_needs(tuple(dict.fromkeys((*a.needs, 'checkpoints'))), run, a.name)   # every analysis maps over checkpoints
     if a.check: a.check(run)
     if data is None: data = a.data(run, **{k: opts[k] for k in a.data_options})
     else: opts = dict(opts, data=fingerprint(data))
@@ -186,11 +188,22 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
     return parts[a.name].reset_index(drop=True)
 
 # %% ../nbs/05b_registry.ipynb #d3cee55d
-def run_labels(runs,  # a dict {label: run}, or a list of runs (`Run`s or paths)
+SEED_DIR = re.compile(r'seed(\d+)')   # the name of a seed's run folder under the folder `pretrain_seeds` writes
+
+def seed_runs(path,  # a folder: the one `nl_embryo.pretrain.pretrain_seeds` wrote, or any other path
+             ) -> list[Path]:  # its seed run folders (`seed0`, `seed1`, ... holding a config.json) by seed; [] when `path` is not such a folder
+    "The seed run folders of a folder of seeds, by seed ([] for a run folder or any other path)."
+    p = Path(path).expanduser()
+    if not p.is_dir() or (p/'config.json').exists(): return []
+    found = [(int(m.group(1)), q) for q in p.iterdir() if (m := SEED_DIR.fullmatch(q.name)) and (q/'config.json').is_file()]
+    return [q for _, q in sorted(found)]
+
+def run_labels(runs,  # a dict {label: run}, a list of runs (`Run`s or paths), or one path; a folder of seeds stands for its seed runs
               ) -> dict:  # {label: Run}
     "Label each run: the dict's keys, else each source's folder name (made unique with its parent's name where two agree)."
     if isinstance(runs, dict): return {str(k): Run.coerce(v) for k, v in runs.items()}
-    runs = [Run.coerce(r) for r in runs]
+    if isinstance(runs, (str, Path, Run)): runs = [runs]
+    runs = [Run.coerce(r) for x in runs for r in (seed_runs(x) if not isinstance(x, Run) and seed_runs(x) else [x])]
     names = [r.path.stem for r in runs]
     out = {}
     for r, n in zip(runs, names):
@@ -199,36 +212,93 @@ def run_labels(runs,  # a dict {label: run}, or a list of runs (`Run`s or paths)
         out[label] = r
     return out
 
-def analyze_runs(runs,                 # a dict {label: run} or a list of runs (`Run`s or paths: any timeline)
+# %% ../nbs/05b_registry.ipynb #435ad0aa
+def seed_groups(runs: dict,  # {label: Run}, as `run_labels` gives it
+               ) -> dict:    # {group label: [run labels]}: the groups of two or more runs that differ only in `seed` (and `out`)
+    """The runs that are seeds of one configuration: nl_embryo runs whose `config.json` agrees but for `seed` and `out`
+    (two or more distinct seeds); a group is labelled by the runs' common folder, else by its first run."""
+    by = {}
+    for label, r in runs.items():
+        cfg = r.config.get('config') if isinstance(r.config, dict) else None
+        if not isinstance(cfg, dict) or 'seed' not in cfg: continue
+        by.setdefault(options_key({k: v for k, v in cfg.items() if k not in ('seed', 'out')}), []).append((label, r, cfg['seed']))
+    out = {}
+    for members in by.values():
+        if len({s for _, _, s in members}) < 2: continue
+        parents = {r.path.resolve().parent for _, r, _ in members}
+        name = (parents.pop().name if len(parents) == 1 else members[0][0]) + f' ({len(members)} seeds)'
+        while name in runs or name in out: name += "'"
+        out[name] = [label for label, _, _ in members]
+    return out
+
+def pool_seeds(df: pd.DataFrame,  # rows of several runs: `run`, `value`, `lo`, `hi` and the columns that identify a row
+               groups: dict,      # {group label: [run labels]}, as `seed_groups` gives it
+               key=('options', 'step'),  # the columns that identify a row within a run (those present are used)
+               seed: int = 0,     # seed of the resampling
+              ) -> pd.DataFrame:  # a row per group and key: `run` the group's label, the interval over seeds and items, `n_seeds`
+    """One row per group of seeds and `key`: the mean over the seeds with the multi-bootstrap interval over seeds and
+    items (`seeds_interval`), `n_seeds` and, with one seed present, the note that says so. Other columns keep their value
+    where the seeds agree, else are left empty."""
+    rows = []
+    for name, labels in groups.items():
+        sub = df[df['run'].isin(labels)]
+        cols = [c for c in key if c in sub.columns]
+        for _, g in (sub.groupby(cols, sort=False, dropna=False) if cols else [((), sub)]):
+            r = {}
+            for c in g.columns:
+                try: r[c] = g[c].iloc[0] if g[c].nunique(dropna=False) == 1 else None
+                except TypeError: r[c] = None                                  # unhashable cells: kept only per run
+            nan = pd.Series(np.nan, index=g.index)
+            s = seeds_interval(g['value'], g.get('lo', nan), g.get('hi', nan), seed=seed)
+            rows.append({**r, 'run': name, 'value': s['estimate'], 'lo': s['lo'], 'hi': s['hi'], 'n_seeds': s['n_seeds'], 'note': s['note']})
+    return pd.DataFrame(rows, columns=[*df.columns, *[c for c in ('n_seeds', 'note') if c not in df.columns]])
+
+# %% ../nbs/05b_registry.ipynb #6713cf73
+def analyze_runs(runs,                 # a dict {label: run}, a list of runs (`Run`s or paths: any timeline), or a folder of seed runs
                  name,                 # the analysis: a registered name or an `Analysis`
                  steps=None,           # the steps of every run (None: each run's own)
                  progress: bool = True,  # progress bars and a line per run
                  **options,            # the analysis's options, the same for every run
-                ) -> pd.DataFrame:     # the main table's rows of every run, with a `run` column first
-    "Run analysis `name` over each run with the same options; one tidy frame with a `run` column (each run keeps its own tables and cache)."
-    frames = []
-    for label, run in run_labels(runs).items():
+                ) -> pd.DataFrame:     # every run's main-table rows (`run` first, `n_seeds` 1), then a row per group of seeds and row key
+    """Run analysis `name` over each run with the same options; one tidy frame with a `run` column (each run keeps its
+    own tables and cache), and a row per group of seeds of one configuration with the interval over seeds and items."""
+    labelled, frames = run_labels(runs), []
+    for label, run in labelled.items():
         df = analyze(run, name, steps=steps, progress=progress, **options)
-        frames.append(df.assign(run=label)[['run', *df.columns]])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['run', 'step'])
+        frames.append(df.assign(run=label, n_seeds=1)[['run', *df.columns, 'n_seeds']])
+    if not frames: return pd.DataFrame(columns=['run', 'step', 'n_seeds'])
+    out = pd.concat(frames, ignore_index=True)
+    pooled = pool_seeds(out, seed_groups(labelled), key=('options', 'step', *get_analysis(name).key))
+    return pd.concat([out, pooled], ignore_index=True) if len(pooled) else out
 
+# %% ../nbs/05b_registry.ipynb #7847e557
 def runs_chart(df: pd.DataFrame,      # a frame with `run`, `step` and `value` columns, filtered to one quantity (e.g. one metric and layer)
                title: str = '',       # the chart's title
                value: str = 'value',  # the column plotted
-              ):                      # an Altair chart: a line per run, and the mean over runs with its t interval as a band
-    "One line per run over the steps, and a band: the mean over runs at each step with Student's t interval (at least two runs)."
+              ):                      # an Altair chart: a line per run, and a band per group of seeds (else over the runs)
+    """One line per run over the steps, and a band: per group of seeds (the rows of `analyze_runs` with `n_seeds` above 1)
+    the mean over its seeds with the interval over seeds and items; without such rows, the mean over the runs with
+    Student's t interval (at least two runs), and a title that says each run is one pre-training seed."""
     import altair as alt
     if df.empty or not {'run', 'step', value} <= set(df.columns):
         raise NlEmbryoError(f"runs_chart needs rows with run, step and {value} columns", "pass the frame of analyze_runs, filtered to one quantity")
-    d = df.groupby(['run', 'step'], as_index=False)[value].mean()
-    band = pd.DataFrame([dict(step=s, mean=m, lo=lo, hi=hi, n_runs=len(g)) for s, g in d.groupby('step')
-                         for m, lo, hi in [t_interval(g[value])]])
-    x = step_axis(d['step'])
-    lines = alt.Chart(d).mark_line(point=True, opacity=0.8).encode(x=x, y=alt.Y(f'{value}:Q', scale=alt.Scale(zero=False), title=value),
+    pooled = df['n_seeds'] > 1 if 'n_seeds' in df else pd.Series(False, index=df.index)
+    d = df[~pooled].groupby(['run', 'step'], as_index=False)[value].mean()
+    x = step_axis(df['step'])
+    lines = alt.Chart(d).mark_line(point=True, opacity=0.6).encode(x=x, y=alt.Y(f'{value}:Q', scale=alt.Scale(zero=False), title=value),
                                                                      color=alt.Color('run:N', title='run'), tooltip=['run', 'step', value])
-    area = alt.Chart(band.dropna()).mark_area(opacity=0.15, color='gray').encode(x=x, y='lo:Q', y2='hi:Q')
-    mean = alt.Chart(band).mark_line(strokeDash=[4, 2], color='gray').encode(x=x, y='mean:Q', tooltip=['step', 'mean', 'lo', 'hi', 'n_runs'])
-    return (area + mean + lines).properties(title=title or f'{value} over steps, by run (band: mean over runs, 95% t interval)', width=420, height=240)
+    if pooled.any():
+        band = df[pooled].groupby(['run', 'step'], as_index=False).agg(mean=(value, 'mean'), lo=('lo', 'mean'), hi=('hi', 'mean'), n_seeds=('n_seeds', 'max'))
+        n = ', '.join(sorted({str(int(k)) for k in band['n_seeds']}))
+        default = f'{value} over steps, by run (bands: mean over {n} pre-training seeds, 95% multi-bootstrap over seeds and items)'
+    else:
+        band = pd.DataFrame([dict(run='mean over runs', step=s, mean=m, lo=lo, hi=hi, n_seeds=len(g)) for s, g in d.groupby('step')
+                             for m, lo, hi in [t_interval(g[value])]])
+        default = f'{value} over steps, by run (band: mean over runs, 95% t interval; each run one pre-training seed)'
+    area = alt.Chart(band.dropna(subset=['lo', 'hi'])).mark_area(opacity=0.15).encode(x=x, y='lo:Q', y2='hi:Q', color=alt.Color('run:N', title='run'))
+    mean = alt.Chart(band).mark_line(strokeDash=[4, 2], strokeWidth=2.5).encode(x=x, y='mean:Q', color=alt.Color('run:N', title='run'),
+                                                                                 tooltip=['run', 'step', 'mean', 'lo', 'hi', 'n_seeds'])
+    return (area + mean + lines).properties(title=title or default, width=420, height=240)
 
 # %% ../nbs/05b_registry.ipynb #d248ff4c
 @dataclass

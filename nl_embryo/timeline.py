@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_timeline.ipynb #e3ac9417
 from __future__ import annotations
-import contextlib, gc, hashlib, inspect, io, json
+import contextlib, gc, hashlib, inspect, io, json, warnings
 from pathlib import Path
 from typing import Callable
 
@@ -13,16 +13,17 @@ import pandas as pd
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 
-from .charts import step_axis
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, cache_path
-from .checkpoints import CHECKPOINT_MANIFEST, list_checkpoints, damaged_checkpoints
+from .charts import line_legend, step_axis, step_scale
+from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, cache_path, remove_stale_temps
+from .checkpoints import CHECKPOINT_MANIFEST, damaged_checkpoints, digest_problem, list_checkpoints
 from .sources import content_digest, read_source, trainer_metrics
-from .models import check_safetensors_weights, load_model, quiet_transformers
+from .models import check_safetensors_weights, check_tokenizer_matches, load_model, quiet_transformers
 from .objectives import PLATEAU_MARGIN
 
 # %% auto #0
-__all__ = ['PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'default_analysis_home', 'Run',
-           'as_run', 'eval_rows', 'unigram_entropy_of', 'training_curves_chart']
+__all__ = ['EVAL_TEXT_FILE', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
+           'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'as_run', 'eval_rows',
+           'first_clearing', 'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -82,11 +83,13 @@ class Run:
     def __init__(self,
                  path,        # a run folder written by `pretrain`, a Trainer output folder, step folders, a hub-cache repository, a mapping file or a model folder
                  out=None,    # the folder the analyses of a source nl_embryo did not write go to (None: `default_analysis_home(path)`); ignored for its own runs
+                 eval_text=None,  # for a source nl_embryo did not write: the held-out text to measure it on, a corpus of `CORPORA` (its eval split) or a text file, recorded in `OUT/eval_text.json` (None: the one recorded there, if any); ignored for its own runs (their corpus' eval split)
                 ):
         self.path = Path(path).expanduser()
         if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, a checkpoint folder or suite, or a mapping file")
         self.source = read_source(self.path)
         self.single = self.source.kind == 'model'
+        self.eval_text = None     # what `record_eval_text` recorded, for a source nl_embryo did not write
         if self.source.owned: self.home = self.path
         else:
             self.home = Path(out).expanduser() if out is not None else default_analysis_home(self.path)
@@ -102,6 +105,8 @@ class Run:
                 notes = '; '.join(f"step {c.step}: {c.note}" for c in self.source.checkpoints.values()) or 'no checkpoint'
                 raise NlEmbryoError(f"{self.path} holds no checkpoint nl_embryo can load ({notes})",
                                     "give checkpoints with config.json and safetensors weights (convert pickled ones outside the source)")
+            f = self.home/EVAL_TEXT_FILE
+            self.eval_text = self.record_eval_text(eval_text) if eval_text is not None else json.loads(f.read_text()) if f.exists() else None
 
     @classmethod
     def coerce(cls,
@@ -134,8 +139,9 @@ class Run:
 @patch
 def checkpoint(self: Run,
                step: int | None = None,  # the checkpoint's step (None: the last one that verifies; a model folder has one, the step its name gives or 0)
+               verify: bool = False,     # also compare the sha256 of the files a model load reads with the checkpoint's manifest (each file is read once per process while unchanged)
               ) -> Path:                 # the checkpoint's folder (of a model folder: the folder itself)
-    "The folder of checkpoint `step` (None: the last)."
+    "The folder of checkpoint `step` (None: the last); with `verify`, a checkpoint of nl_embryo's whose bytes changed is refused, named."
     if not self.source.owned:
         cks, listed = self.source.steps(), self.source.checkpoints
         if step is not None and step in listed and not listed[step].usable:
@@ -146,14 +152,15 @@ def checkpoint(self: Run,
         return listed[step].path
     skipped = {}
     cks = list_checkpoints(self.path, warn=False, skipped=skipped)
-    if step is not None and step in skipped:
-        raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {skipped[step]}",
-                            f"load another step ({', '.join(map(str, cks)) or 'none verifies'}); to write it again, remove "
-                            f"{self.path/'checkpoints'/f'step{step}'} and continue the run with `nl-embryo pretrain --out {self.path} --resume` "
-                            f"(and the run's options): it trains again from the newest good checkpoint before it")
+    fix = lambda s: (f"load another step ({', '.join(str(c) for c in cks if c != s) or 'none verifies'}); to write it again, remove "
+                     f"{self.path/'checkpoints'/f'step{s}'} and continue the run with `nl-embryo pretrain --out {self.path} --resume` "
+                     f"(and the run's options): it trains again from the newest good checkpoint before it")
+    if step is not None and step in skipped: raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {skipped[step]}", fix(step))
     if not cks: raise NlEmbryoError(f"{self.path} has no complete checkpoint yet", "wait for the first checkpoint, or resume the run")
     if step is None: step = max(cks)
     if step not in cks: raise NlEmbryoError(f"{self.path} has no checkpoint at step {step}", f"choose one of: {', '.join(map(str, cks))}")
+    if verify and (problem := digest_problem(cks[step], model_only=True)):
+        raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {problem}", fix(step))
     return cks[step]
 
 @patch
@@ -183,7 +190,7 @@ def record_listing(self: Run,
     f = self.home/'source.json'
     rec = json.loads(f.read_text()) if f.exists() else dict(source=str(self.path.resolve()), kind=self.source.kind, digests={})
     for s in (self.steps() if steps is None else steps):
-        rec['digests'].setdefault(str(s), content_digest(self.source.checkpoints[s].path))
+        rec['digests'].setdefault(str(s), _content_id(self.source.checkpoints[s].path))
     atomic_write_json(f, rec)
     return {int(k): v for k, v in rec['digests'].items()}
 
@@ -196,10 +203,108 @@ def check_unchanged(self: Run,
     f = self.home/'source.json'
     known = json.loads(f.read_text())['digests'].get(str(step)) if f.exists() else None
     if known is None: self.record_listing([step]); return
-    if content_digest(self.source.checkpoints[step].path) != known:
+    if _content_id(self.source.checkpoints[step].path) != known:
         raise NlEmbryoError(f"checkpoint step {step} ({self.source.checkpoints[step].path}) changed since it was listed: its weights or "
                             f"config differ from the content recorded in {f}",
                             f"if the change is intended, analyse it into a new folder (--out), or remove {f} to list it afresh")
+
+# %% ../nbs/05_timeline.ipynb #e724e7e9
+EVAL_TEXT_FILE = 'eval_text.json'   # in the analysis folder of a source nl_embryo did not write: the eval text it is measured on
+
+def eval_texts(eval_text,  # a corpus of `nl_embryo.corpora.CORPORA` with a document split (its eval split is read) or the path of a UTF-8 text file
+              ) -> tuple[dict, list[str]]:  # (what it is: `name`, `kind` and, for a file, its `path` and `sha256`; its texts)
+    "The texts of an eval text the user names: a corpus' eval split (eval documents only, `nl_embryo.splits`) or a text file's non-empty lines."
+    from nl_embryo.corpora import CORPORA    # the corpora and their data loaders: only when an eval text is named
+    name, split = str(eval_text), [k for k, c in CORPORA.items() if c.split_sources]
+    if name in CORPORA:
+        if not CORPORA[name].split_sources:
+            raise NlEmbryoError(f"corpus {name!r} has no document split, so no eval text held out by document",
+                                f"name a corpus with one ({', '.join(split)}) or a text file")
+        return dict(name=name, kind='corpus eval split'), [str(t) for t in CORPORA[name].source(0, 0, None, 'eval')]
+    p = Path(name).expanduser()
+    if not p.is_file():
+        raise NlEmbryoError(f"eval text {name!r} is neither a corpus of nl_embryo nor a file", f"name a corpus ({', '.join(split)}) or the path of a UTF-8 text file")
+    data = p.read_bytes()
+    try: texts = [t.strip() for t in data.decode('utf-8').splitlines() if t.strip()]
+    except UnicodeDecodeError: raise NlEmbryoError(f"eval text {p} is not UTF-8 text", "give a plain UTF-8 text file, one passage per line") from None
+    if not texts: raise NlEmbryoError(f"eval text {p} holds no text", "give a UTF-8 text file with at least one non-empty line")
+    return dict(name=p.name, kind='text file', path=str(p.resolve()), sha256=hashlib.sha256(data).hexdigest()[:16]), texts
+
+# %% ../nbs/05_timeline.ipynb #1e49dad9
+def token_entropy(ids,  # token ids: one array, or a list of arrays (joined)
+                 ) -> float:  # nats per token
+    "The unigram entropy of token ids: -sum p log p over the ids' frequencies."
+    ids = np.concatenate([np.asarray(i, dtype=np.int64).ravel() for i in ids]) if isinstance(ids, list) else np.asarray(ids, dtype=np.int64).ravel()
+    counts = np.bincount(ids); p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+# %% ../nbs/05_timeline.ipynb #f7b46c13
+@patch
+def tokenizer(self: Run,
+              step: int | None = None,  # the checkpoint whose tokenizer to load (None: the last)
+             ):                         # a transformers tokenizer
+    "The tokenizer of checkpoint `step` (None: the last), without its model."
+    from transformers import AutoTokenizer
+    step = max(self.steps()) if step is None else step
+    where = self.checkpoint(step) if self.source.owned else self.source.checkpoints[step].tokenizer
+    if where is None: raise NlEmbryoError(f"checkpoint step {step} of {self.path} has no tokenizer files", "save the tokenizer (tokenizer.save_pretrained) into its folder")
+    with quiet_transformers(): return AutoTokenizer.from_pretrained(where)
+
+@patch
+def eval_text_ids(self: Run,
+                  eval_text=None,  # a corpus name or a text file (None: the one recorded in `OUT/eval_text.json`)
+                 ) -> tuple[dict, list]:  # (what it is, as `eval_texts` says; the token ids of each text, no special tokens)
+    "The eval text of a source nl_embryo did not write, tokenised with its last checkpoint's tokenizer (a recorded file must be unchanged)."
+    if eval_text is None and self.eval_text is None:
+        raise NlEmbryoError(f"{self.path} names no eval text", "name one: --eval-text english (a corpus of nl_embryo) or --eval-text FILE, or Run(path, out=..., eval_text=...)")
+    info, texts = eval_texts(eval_text if eval_text is not None else self.eval_text.get('path', self.eval_text['name']))
+    if eval_text is None and info.get('sha256', '') != self.eval_text.get('sha256', ''):
+        raise NlEmbryoError(f"the eval text {info['path']} changed since it was recorded in {self.home/EVAL_TEXT_FILE}",
+                            "name it again (--eval-text) to record it afresh, or analyse into a new folder (--out)")
+    return info, self.tokenizer()(texts, add_special_tokens=False)['input_ids']
+
+# %% ../nbs/05_timeline.ipynb #afe512d1
+@patch
+def record_eval_text(self: Run,
+                     eval_text,  # a corpus of `CORPORA` (its eval split) or the path of a UTF-8 text file
+                    ) -> dict | None:  # the record: name, kind (path, sha256), tokenizer, n_texts, n_tokens, unigram_entropy (nats per token); None for a run nl_embryo wrote
+    "Name the eval text of a source nl_embryo did not write: tokenised with its last checkpoint's tokenizer, recorded (with its unigram entropy) in `OUT/eval_text.json`."
+    if self.source.owned: return None
+    info, ids = self.eval_text_ids(eval_text)
+    n = sum(map(len, ids))
+    if not n: raise NlEmbryoError(f"the eval text {info['name']} holds no token under the tokenizer of {self.path}", "name a longer text")
+    rec = dict(info, tokenizer=str(self.source.checkpoints[max(self.steps())].tokenizer), n_texts=len(ids), n_tokens=n, unigram_entropy=token_entropy(ids))
+    atomic_write_json(self.home/EVAL_TEXT_FILE, rec)
+    self.eval_text = rec
+    return rec
+
+@patch
+def eval_text_blocks(self: Run,
+                     block_size: int = 128,  # tokens per block
+                    ) -> tuple[np.ndarray, int]:  # (blocks × block_size token ids, the tokenizer's [MASK] id)
+    "The recorded eval text of a source nl_embryo did not write as blocks of token ids (the texts joined, no special tokens), and its [MASK] id."
+    _, ids = self.eval_text_ids()
+    flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids])
+    n = len(flat) // block_size
+    if not n: raise NlEmbryoError(f"the eval text {self.eval_text['name']} has {len(flat)} tokens, fewer than one block of {block_size}", "name a longer text")
+    mask_id = self.tokenizer().mask_token_id
+    if mask_id is None: raise NlEmbryoError(f"the tokenizer of {self.path} has no mask token", "a held-out MLM loss needs a masked-LM tokenizer")
+    return flat[:n * block_size].reshape(n, block_size), int(mask_id)
+
+# %% ../nbs/05_timeline.ipynb #29caac6c
+def check_tokenizer_fits(model,               # a transformers model or an `ElectraPair`
+                         tok,                 # the tokenizer loaded with it
+                         where,               # the checkpoint folder, for the message
+                         strict: bool = True, # the tokenizer must match exactly (a run nl_embryo wrote); False: it must only fit
+                        ) -> None:
+    "Raise `NlEmbryoError` when `tok` does not fit `model`: exactly (`strict`), or with no token id past the model's vocabulary."
+    if strict: return check_tokenizer_matches(model, tok)
+    n = min(c.vocab_size for c in ([model.generator.config, model.discriminator.config] if hasattr(model, 'discriminator') else [model.config]))
+    if len(tok) > n:
+        raise NlEmbryoError(f"the tokenizer of {where} has {len(tok):,} tokens but the model only {n:,} embeddings: token ids {n:,} and up "
+                            f"would index past its vocabulary", "load the tokenizer the model was trained with (save it into the checkpoint folder)")
+    if len(tok) < 0.9 * n: warnings.warn(f"the tokenizer of {where} has {len(tok):,} tokens, the model {n:,}: is it the tokenizer the model was trained with?")
+
 
 # %% ../nbs/05_timeline.ipynb #a9ccd556
 @patch
@@ -217,8 +322,10 @@ def metrics(self: Run) -> pd.DataFrame:
 
 @patch
 def phases(self: Run) -> pd.DataFrame:
-    """Phase marks of the run, a tidy frame (phase, step, value, reference, source, detail): the step at which it
-    left the unigram plateau (eval MLM loss first `PLATEAU_MARGIN` nat below the corpus' unigram entropy), and the
+    """Phase marks of the run, a tidy frame (`PHASE_COLUMNS`: phase, step, step_lo, value, lo, hi, reference, source,
+    detail), each where an interval first clears its baseline (`first_clearing`) and so known to lie in (step_lo, step]:
+    the step at which it left the unigram plateau (the eval MLM loss's 95% interval first `PLATEAU_MARGIN` nat below
+    the corpus' unigram entropy), and the
     onsets of every registered analysis that declares a phase detector (`Analysis.phases`: attention entropy
     dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
     registers the built-in ones). A phase not reached has no step and says so in `detail`."""
@@ -238,7 +345,7 @@ def load(self: Run,
     from safetensors import SafetensorError
     from transformers import AutoTokenizer
     if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
-    path = self.checkpoint(step)
+    path = self.checkpoint(step, verify=True)
     tok_path = path
     if not self.source.owned:
         step = max(self.steps()) if step is None else step
@@ -254,6 +361,7 @@ def load(self: Run,
     except (OSError, ValueError, SafetensorError) as e:     # damage the cheap check cannot see
         raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {e}",
                             "its files are damaged: load another step, or write this one again (remove it and continue the run with --resume)") from e
+    check_tokenizer_fits(model, tok, path, strict=self.source.owned)
     if hasattr(model, 'discriminator'): model = model.generator if part == 'generator' else model.discriminator
     return model.to(device).eval(), tok
 
@@ -338,24 +446,39 @@ def analysis_lock(self: Run):
     return _file_lock(self.home/'.analysis.lock')
 
 # %% ../nbs/05_timeline.ipynb #35510850
+_CONTENT_IDS: dict = {}   # (folder, the identity of each of its files) -> `content_digest`: a folder is read once per process while unchanged
+
+def _content_id(path: Path) -> str:
+    "`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of its files."
+    path = Path(path).resolve()
+    ident = (str(path), tuple((p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                              for p in sorted(path.rglob('*')) if p.is_file() for st in [p.stat()]))
+    if (digest := _CONTENT_IDS.get(ident)) is None: digest = _CONTENT_IDS[ident] = content_digest(path)
+    return digest
+
+# %% ../nbs/05_timeline.ipynb #c0081de7
 @patch
 def _checkpoint_id(self: Run, step: int) -> str:
-    "The checkpoint's content: its manifest's sha256s (nl_embryo's own), else the sha256 of its weights and config."
+    """The checkpoint's content: its manifest's sha256s (nl_embryo's own), else the sha256 of its weights and config
+    (remembered per file identity); never a path or a modification time, so a copied run keeps its cache."""
     path = self.checkpoint(step)
     man = path/CHECKPOINT_MANIFEST
     if self.source.owned and man.exists(): return fingerprint(sorted((k, v.get('sha256')) for k, v in json.loads(man.read_text())['files'].items()
                                                                     if k.endswith('.safetensors') or k.endswith('config.json')))
-    return content_digest(path)
+    return _content_id(path)
+
+# %% ../nbs/05_timeline.ipynb #e1a05788
+_CLEANED: set = set()   # the analysis folders cleaned of stale temporary files in this process
 
 @patch
 def map(self: Run,
         fn: Callable,               # the analysis, `fn(model, tokenizer, data, **options) -> DataFrame`, called once per checkpoint
-        data=None,                  # what `fn` is asked about (eval blocks, a probing task, sentences...), passed to it as it is; part of the cache key
-        steps=None,                 # the checkpoint steps: an int, a list of ints, or None for all that verify
+        data: object = None,        # what `fn` is asked about (eval blocks, a probing task, sentences...), passed to it as it is; part of the cache key
+        steps: int | list | None = None,  # the checkpoint steps: an int, a list of ints, or None for all that verify
         cache: bool = True,         # read and write the per-step cache (False: compute every step afresh and store nothing)
         progress: bool = True,      # show a progress bar over the checkpoints
         eager: bool = False,        # load the checkpoints with eager attention (needed to read attention weights); part of the cache key
-        device='cpu',               # the torch device the checkpoints are loaded on (and `fn` runs on), e.g. 'cpu' or 'cuda'; not part of the cache key
+        device: str = 'cpu',        # the torch device the checkpoints are loaded on (and `fn` runs on), e.g. 'cpu' or 'cuda'; not part of the cache key
         part: str = 'auto',         # which half of an ELECTRA pair to load: 'generator' or 'discriminator' ('auto': the discriminator); part of the cache key
         cache_tag=None,             # an extra part of the cache key (e.g. the analysis's version number); None: none
         quiet: bool | None = None,  # the older spelling: True means `progress=False` (None: `progress` decides)
@@ -372,6 +495,8 @@ def map(self: Run,
     if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
     key = analysis_key(fn, data, dict(options, eager=eager, part=part, **({'cache_tag': cache_tag} if cache_tag is not None else {})))
     folder = self.cache_dir(key)
+    if cache and str(self.analysis_dir) not in _CLEANED:          # what killed writes left, once per process
+        remove_stale_temps(self.analysis_dir); _CLEANED.add(str(self.analysis_dir))
     frames = []
     for s in tqdm(steps, desc=getattr(fn, '__name__', 'analysis'), disable=not progress, unit='ckpt'):
         f = folder/f"step{s}-{self._checkpoint_id(s)}.parquet"
@@ -406,30 +531,55 @@ def as_run(run,  # a `Run` (returned as it is), a run folder or a model folder
     return Run.coerce(run)
 
 # %% ../nbs/05_timeline.ipynb #e9500b8d
-PHASE_COLUMNS = ['phase', 'step', 'value', 'reference', 'source', 'detail']
+PHASE_COLUMNS = ['phase', 'step', 'step_lo', 'value', 'lo', 'hi', 'reference', 'source', 'detail']   # a phase happened in (step_lo, step]; lo-hi: the 95% interval of its value
 
 def eval_rows(run,  # a `Run`
              ) -> pd.DataFrame:  # its metrics rows that have an `eval_mlm_loss` (no rows when it logged none)
-    "The rows of the run's metrics that carry a held-out eval MLM loss."
+    "The rows of the run's metrics that carry a held-out eval MLM loss (a Trainer's `eval_loss` stands for it in a source nl_embryo did not write)."
     m = run.metrics()
+    if not run.source.owned and 'eval_loss' in m and 'eval_mlm_loss' not in m: m = m.assign(eval_mlm_loss=m['eval_loss'])
     return m.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in m else m.iloc[0:0]
+
+
+# %% ../nbs/05_timeline.ipynb #a54bbd36
+def first_clearing(steps,   # the measured steps, ascending
+                   clears,  # per step, True where the measure's 95% interval clears its baseline
+                  ) -> tuple:  # (step, step_lo): the first step that clears and the measured step before it (None at the first step); (None, last step) when none clears
+    "The first step whose interval clears its baseline, and the measured step before it: the phase lies in (step_lo, step]."
+    steps, clears = [int(s) for s in steps], [bool(c) for c in clears]
+    for i, (s, c) in enumerate(zip(steps, clears)):
+        if c: return s, (steps[i - 1] if i else None)
+    return None, (steps[-1] if steps else None)
+
 
 # %% ../nbs/05_timeline.ipynb #52430abb
 def unigram_entropy_of(run,  # a `Run`
                       ) -> float | None:  # nats per token
-    "The unigram entropy a run recorded (`config.json`), or None for an older run or a model folder."
+    """The unigram entropy a run recorded (`config.json`); for a source nl_embryo did not write, that of the eval text
+    named for it (`Run.record_eval_text`); None for an older run or when none is named."""
+    if not run.source.owned: return (run.eval_text or {}).get('unigram_entropy')
     return run.config.get('unigram_entropy')
 
 # %% ../nbs/05_timeline.ipynb #0b65c486
 def _plateau_exit(run) -> list[dict]:
     h, ev = unigram_entropy_of(run), eval_rows(run)
     if h is None or ev.empty: return []
-    below = h - ev['eval_mlm_loss']
-    hit = ev[below >= PLATEAU_MARGIN]
-    if len(hit): return [dict(phase='left the unigram plateau', step=int(hit['step'].iloc[0]), value=float(hit['eval_mlm_loss'].iloc[0]),
-                              reference=h, source='metrics', detail=f"eval MLM loss {PLATEAU_MARGIN} nat below the unigram entropy")]
-    return [dict(phase='left the unigram plateau', step=None, value=float(ev['eval_mlm_loss'].iloc[-1]), reference=h, source='metrics',
-                 detail=f"still on the plateau at step {int(ev['step'].iloc[-1])}: {float(below.iloc[-1]):+.3f} nat below the unigram entropy")]
+    has_hi = 'eval_mlm_loss_hi' in ev and ev['eval_mlm_loss_hi'].notna().all()
+    hi = ev['eval_mlm_loss_hi'] if has_hi else ev['eval_mlm_loss']
+    lo = ev['eval_mlm_loss_lo'] if has_hi and 'eval_mlm_loss_lo' in ev else ev['eval_mlm_loss']
+    step, step_lo = first_clearing(ev['step'], h - hi >= PLATEAU_MARGIN)
+    r = ev[ev['step'] == (step if step is not None else step_lo)].iloc[0]
+    row = dict(phase='left the unigram plateau', step=step, step_lo=step_lo, value=float(r['eval_mlm_loss']),
+               lo=float(lo[r.name]), hi=float(hi[r.name]), reference=h, source='metrics')
+    what = 'the upper end of the 95% interval of the eval MLM loss' if has_hi else 'the eval MLM loss (no interval logged: point estimate)'
+    ref = 'the unigram entropy'
+    if not run.source.owned:    # a Trainer's eval loss: nats per masked token of its own eval set, against the entropy of the text named
+        what = "the Trainer's eval loss (nats per masked token of its own eval set; point estimate)"
+        ref = f"the unigram entropy of the eval text {run.eval_text['name']!r} ({run.eval_text['kind']}, {run.eval_text['n_tokens']:,} tokens under the checkpoint's tokenizer)"
+    row['detail'] = (f"{what} {PLATEAU_MARGIN} nat below {ref}, after step {step_lo}" if step is not None else
+                     f"still on the plateau at step {step_lo}: {what} is {float(h - hi[r.name]):+.3f} nat below {ref}")
+    return [row]
+
 
 # %% ../nbs/05_timeline.ipynb #10da4d73
 PHASE_DETECTORS: list = [_plateau_exit]   # functions `Run -> phase rows`; `nl_embryo.registry.register` appends the analyses' own
@@ -439,7 +589,9 @@ def training_curves_chart(metrics: pd.DataFrame,                # a run's metric
                           title: str = 'training curves',       # the chart's title
                           unigram_entropy: float | None = None, # the corpus' unigram entropy in nats, the dashed line (None: read off the eval rows, or no line)
                          ):                                     # an Altair chart: a loss and an accuracy panel side by side
-    """Loss and accuracy over steps (log-scaled x) from a run's metrics; eval scores at checkpoints as points. The loss
+    """Loss and accuracy over steps from a run's metrics; eval scores at checkpoints as points, a labelled tick at each.
+    The step axis is linear when the checkpoints past the first tenth of the run, the last aside, are evenly spaced (a
+    log-spaced start then even steps, as the demo saves them), else symlog (the axis title says so). The loss
     panel draws the corpus' unigram entropy as a dashed line (`unigram_entropy`, else read off the metrics' eval rows):
     a loss above it is the unigram plateau."""
     import altair as alt
@@ -465,13 +617,14 @@ def training_curves_chart(metrics: pd.DataFrame,                # a run's metric
         long = pd.concat([long, pd.DataFrame(dict(step=ends, series='unigram entropy', value=unigram_entropy, split='reference',
                                                   metric='unigram entropy', kind='loss'))], ignore_index=True)
     ticks = m.loc[m['eval_mlm_loss'].notna(), 'step'] if 'eval_mlm_loss' in m and m['eval_mlm_loss'].notna().any() else m['step']   # checkpoints
-    base = alt.Chart().encode(x=step_axis(ticks),
-                              y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N'),
+    late = ticks[(ticks >= 0.1 * ticks.max()) & (ticks < ticks.max())]        # past the first tenth of the run, the last step (often off the grid) aside
+    base = alt.Chart().encode(x=step_axis(ticks, scale='linear' if step_scale(late) == 'linear' else 'symlog', first_step=False),   # the metrics start after step 0
+                              y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N', legend=line_legend()),
                               tooltip=['step', 'metric', 'split', alt.Tooltip('value:Q', format='.4f')])
     lines = base.transform_filter(alt.datum.split == 'train').mark_line(opacity=0.7)
     points = base.transform_filter(alt.datum.split == 'eval').mark_point(filled=True, size=50)
     bars = base.transform_filter(alt.datum.split == 'eval').mark_rule().encode(y='lo:Q', y2='hi:Q')
-    reference = base.transform_filter(alt.datum.split == 'reference').mark_line(strokeDash=[5, 4], color='gray')
+    reference = base.transform_filter(alt.datum.split == 'reference').mark_line(strokeDash=[5, 4]).encode(color=alt.value('gray'))
     return alt.layer(lines, bars, points, reference, data=long).properties(width=320, height=200).facet(
         column=alt.Column('kind:N', title=None)).resolve_scale(y='independent').properties(title=alt.TitleParams(
         title, subtitle='points: held-out eval (bars: 95% intervals over eval batches); dashed: the unigram entropy'))

@@ -98,12 +98,17 @@ def read_torch_zip(path,                        # a zip checkpoint written by to
     path = Path(path)
     if not zipfile.is_zipfile(path):
         raise NlEmbryoError(f"{path} is not a torch zip checkpoint (legacy pickle format?)", "re-save it with torch >= 1.6, or use a safetensors file")
-    with zipfile.ZipFile(path) as zf:
-        pkl = [n for n in zf.namelist() if n.endswith('/data.pkl') or n == 'data.pkl']
-        if len(pkl) != 1: raise NlEmbryoError(f"{path} holds {len(pkl)} data.pkl entries", "pass a checkpoint written by torch.save")
-        prefix = pkl[0][:-len('data.pkl')]
-        names = set(zf.namelist())
-        big = prefix + 'byteorder' in names and zf.read(prefix + 'byteorder').strip() == b'big'
-        root = _replay_pickle(zf.read(pkl[0]), str(path))
-        if not isinstance(root, dict): raise NlEmbryoError(f"{path}: the pickle is not a dict of tensors", "convert a plain state dict")
-        return {k: _tensor(v, k, zf, prefix, big, str(path)) for k, v in root.items()}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            pkl = [n for n in zf.namelist() if n.endswith('/data.pkl') or n == 'data.pkl']
+            if len(pkl) != 1: raise NlEmbryoError(f"{path} holds {len(pkl)} data.pkl entries", "pass a checkpoint written by torch.save")
+            prefix = pkl[0][:-len('data.pkl')]
+            names = set(zf.namelist())
+            big = prefix + 'byteorder' in names and zf.read(prefix + 'byteorder').strip() == b'big'
+            root = _replay_pickle(zf.read(pkl[0]), str(path))
+            if not isinstance(root, dict): raise NlEmbryoError(f"{path}: the pickle is not a dict of tensors", "convert a plain state dict")
+            return {k: _tensor(v, k, zf, prefix, big, str(path)) for k, v in root.items()}
+    except NlEmbryoError: raise
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError, RuntimeError, EOFError, zipfile.BadZipFile) as e:   # cut short or garbled
+        raise NlEmbryoError(f"{path} is not a well-formed torch.save checkpoint: {type(e).__name__}: {e}",
+                            "the file is cut short or damaged: save the state dict again with torch.save (or fetch the file again)") from None

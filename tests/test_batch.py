@@ -1,12 +1,14 @@
 """Tests of papermill sweeps (nl_embryo.batch): a failing job, --retry-failed, resume, GPU slots, timeouts,
 the Slurm array scripts and --run-job, and bad input (grid values of the wrong type, a grid that turns every analysis of
-the embryology experiment off); results carry status and error. The experiment is tests/fixtures/sweep_toy.ipynb
+the embryology experiment off); results carry status and error; SIGTERM and SIGHUP stop a sweep, its jobs and their
+kernels, and a job is never run by two sweeps at once. The experiment is tests/fixtures/sweep_toy.ipynb
 (parameters x, y, fail, sleep, out_dir; each execution appends a line to out_dir/executions.txt)."""
-import argparse, json, os, shutil, subprocess
+import argparse, json, os, re, shutil, signal, socket, subprocess, sys, time
 from pathlib import Path
 
 import nbformat
 import pandas as pd
+import psutil
 import pytest
 
 from nl_embryo.batch import (add_sweep_parser, collect, expand_grid, job_id, job_state, sweep, worker_slots,
@@ -254,3 +256,100 @@ def test_results_carry_status_and_error(tmp_path):
     failed = df[df['status'] == 'failed']
     assert len(failed) == 1 and 'asked to fail (x=4)' in failed['error'].iloc[0]
     assert df.loc[df['status'] == 'done', 'error'].isna().all() and not res.ok
+
+
+# --- stopping a sweep: SIGTERM, SIGHUP, and a job that another sweep runs ---------------------------------------------
+
+def held_toy(folder) -> Path:
+    "The toy experiment, whose job waits while the file `hold` exists in its folder (the kernel's working folder)."
+    nb = nbformat.read(FIXTURE, as_version=4)
+    nb.cells[-1].source = nb.cells[-1].source.replace('time.sleep(sleep)', "while Path('hold').exists(): time.sleep(0.1)")
+    assert "Path('hold')" in nb.cells[-1].source
+    nbformat.write(nb, Path(folder)/'toy.ipynb'); (Path(folder)/'hold').touch()
+    write(Path(folder)/'grid.yaml', 'x: [1]\n')
+    return Path(folder)/'toy.ipynb'
+
+
+@pytest.fixture
+def start(tmp_path):
+    "start(*argv): `nl-embryo sweep ARGV` in a process of its own session; what is left of it (and of its jobs) is killed at the end."
+    started = []
+    def start(*argv):
+        p = subprocess.Popen([sys.executable, '-c', 'import sys; from nl_embryo.cli import main; sys.exit(main())', 'sweep', *map(str, argv)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
+        started.append(p); return p
+    yield start
+    left = [q for q in psutil.process_iter(['cmdline']) if str(tmp_path) in ' '.join(q.info['cmdline'] or [])]
+    for q in left + [c for q in left for c in q.children(recursive=True)]:
+        try: q.kill()
+        except psutil.Error: pass
+    for p in started:
+        if p.poll() is None: p.kill(); p.communicate()
+
+
+def job_running(out, sweep_proc, timeout=120) -> Path:
+    "Wait until the sweep's one job runs its notebook (it wrote executions.txt); its folder."
+    end = time.time() + timeout
+    while time.time() < end:
+        assert sweep_proc.poll() is None, sweep_proc.communicate()
+        if hits := list(Path(out).glob('jobs/*/executions.txt')): return hits[0].parent
+        time.sleep(0.1)
+    raise AssertionError(f"the job of {out} did not start in {timeout} s")
+
+
+def alive(procs) -> list:
+    "The processes of `procs` still alive (a zombie is dead), after up to 5 s."
+    def live(q):
+        try: return q.is_running() and q.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess: return False
+    end = time.time() + 5
+    while (left := [q for q in procs if live(q)]) and time.time() < end: time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize('signame', ['SIGTERM', 'SIGHUP'])
+def test_a_signal_stops_the_sweep_its_jobs_and_kernels_and_a_rerun_completes_the_job_once(tmp_path, start, signame):
+    toy, out = held_toy(tmp_path), tmp_path/'out'
+    p = start(toy, '--grid', tmp_path/'grid.yaml', '--out', out)
+    job = job_running(out, p)
+    tree = psutil.Process(p.pid).children(recursive=True)              # the job's process and its kernel
+    assert len(tree) >= 2 and any(str(job) in ' '.join(q.cmdline()) for q in tree)
+    sig = getattr(signal, signame)
+    if sig == signal.SIGHUP: os.killpg(p.pid, sig)                       # a terminal's hangup reaches the whole group
+    else: os.kill(p.pid, sig)                                            # kill PID, a scheduler's stop
+    t0 = time.time()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and time.time() - t0 < 30
+    assert f'stopped by {signame}' in err and '1 running job(s) stopped and recorded as interrupted' in err
+    assert not alive(tree)                                               # no job process, no kernel left behind
+    assert not [q for q in psutil.process_iter(['cmdline']) if str(job) in ' '.join(q.info['cmdline'] or [])]
+    st = json.loads((job/'status.json').read_text())
+    assert st['state'] == 'interrupted' and signame in st['error'] and job_state(job) == 'pending'
+    summary = json.loads((out/'summary.json').read_text())              # the summary is written
+    assert (summary['done'], summary['pending'], summary['failed'], summary['ran']) == (0, 1, 0, 1)
+
+    # the same command again completes the job, once
+    (tmp_path/'hold').unlink()
+    res = sweep(toy, tmp_path/'grid.yaml', out, quiet=True)
+    assert (res.summary['done'], res.summary['ran']) == (1, 1) and job_state(job) == 'done'
+    log = (job/'log.txt').read_text()
+    assert log.count('=== interrupted') == 1 and len(re.findall(r'^=== .* job ', log, re.M)) == 2   # two runs, the first one interrupted
+    assert sorted(out.rglob('results*')) == [job/'results.parquet', out/'results.parquet']
+    assert len((job/'executions.txt').read_text().splitlines()) == 2 and len(pd.read_parquet(out/'results.parquet')) == 2
+
+
+def test_a_second_sweep_does_not_start_a_job_that_the_first_one_runs(tmp_path, start, capsys):
+    toy, out = held_toy(tmp_path), tmp_path/'out'
+    first = start(toy, '--grid', tmp_path/'grid.yaml', '--out', out)
+    job = job_running(out, first)
+    pid = json.loads((job/'status.json').read_text())['pid']
+    assert job_state(job) == 'running'
+    res = sweep(toy, tmp_path/'grid.yaml', out, timeout=30)             # the same sweep again while the first one runs the job
+    assert f"is running in process {pid} on {socket.gethostname()}; not started twice" in capsys.readouterr().out
+    assert (res.summary['running'], res.summary['failed'], res.summary['ran'], res.summary['skipped']) == (1, 0, 0, 1) and not res.ok
+    assert first.poll() is None                                          # the first sweep runs on
+    (tmp_path/'hold').unlink()
+    first.communicate(timeout=60)
+    assert first.returncode == 0 and job_state(job) == 'done'
+    assert len((job/'executions.txt').read_text().splitlines()) == 1     # the notebook ran once
+    assert json.loads((out/'summary.json').read_text())['done'] == 1

@@ -7,8 +7,9 @@
     read-out changes, and the attention map (a PNG drawn in the kernel) changes: two screenshots differ. The server is
     shut down at the end.
 (c) In the same JupyterLab, a notebook that imports nl_embryo draws a training-curves chart and a probe chart live
-    (JupyterLab's own Vega, through the `nl_embryo` renderer): both are drawn, the probe chart's step slider redraws
-    it, a click on its legend picks a layer, its points show tooltips, and no request leaves 127.0.0.1.
+    (JupyterLab's own Vega, through the `nl_embryo` renderer): both are drawn, the probe chart's step input (a button per
+    checkpoint, labelled by its step) redraws it, a click on its legend picks a layer, its points show tooltips, and no
+    request leaves 127.0.0.1.
 
 The attention tables come from `shifted_attention_model` (every head attends to a fixed neighbour): steps 0, 10 and 30
 hold the diagonal, previous-token and next-token patterns, so every step looks different. Install what these tests
@@ -260,8 +261,9 @@ INKED = """(el) => {                                                  // inked c
 
 def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
     """A notebook importing nl_embryo draws a training-curves chart and a probe chart in JupyterLab with no network:
-    both are drawn by JupyterLab's own Vega (the `nl_embryo` renderer), the probe chart's step slider is there, moving
-    it redraws the chart, a click on its legend picks a layer, and its points show tooltips."""
+    both are drawn by JupyterLab's own Vega (the `nl_embryo` renderer), the probe chart's step input is there (a button
+    per log-spaced checkpoint, labelled by its step), choosing another step redraws the chart, a click on its legend
+    picks a layer, and its points show tooltips."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
     lab = tmp_path/'lab'; lab.mkdir()
@@ -290,14 +292,15 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
             assert charts.nth(0).locator('.vega-bindings input[type=range]').count() == 0
 
             probe = charts.nth(1)
-            slider = probe.locator('.vega-bindings input[type=range]')
-            assert slider.count() == 1 and slider.get_attribute('max') == '8' and slider.input_value() == '8'   # 9 checkpoints, at the last
+            radios = probe.locator('.vega-bindings input[type=radio]')    # log-spaced checkpoints: a button per step, labelled by it
+            assert radios.count() == 9 and [radios.nth(i).get_attribute('value') for i in range(9)] == [str(s) for s in (0, 1, 2, 4, 8, 16, 32, 64, 128)]
+            assert probe.locator('.vega-bindings input[type=radio]:checked').get_attribute('value') == '128'   # at the last checkpoint
+            assert probe.locator('.vega-bindings .vega-bind-name').first.inner_text().strip() == 'step'
             view = probe.locator('.vega-embed canvas, .vega-embed svg.marks').first
             view.scroll_into_view_if_needed()
             before = view.screenshot()
-            slider.focus()
-            page.keyboard.press('Home')                                 # the first checkpoint: step 0
-            page.wait_for_function("(el) => el.value === '0'", arg=slider.element_handle(), timeout=10_000)
+            radios.first.check()                                        # the first checkpoint: step 0
+            page.wait_for_function("(el) => el.checked", arg=radios.first.element_handle(), timeout=10_000)
             page.wait_for_timeout(500)
             after = view.screenshot()
 
@@ -308,7 +311,7 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
             a, b = _pixels(before), _pixels(after)
             assert a.shape == b.shape
             changed = (np.abs(a - b).sum(-1) > 30).mean()
-            assert changed > 0.01, f"only {changed:.3%} of the pixels changed when the slider moved"   # measured: 3%
+            assert changed > 0.01, f"only {changed:.3%} of the pixels changed when another step was chosen"   # measured: 3%
 
             probe.locator('.role-legend-label text', has_text='0').first.click()     # a click on the legend picks layer 0
             page.wait_for_timeout(500)

@@ -1,7 +1,8 @@
 """Checkpoint faults injected on purpose (`nl_embryo.checkpoints`): the manifest written last, damaged checkpoints skipped,
-named and resumed from the last good one, a changed byte found by the full check, interrupted saves cleaned up on
-resume, and a full disk during a save (monkeypatched, and a real 40 MB tmpfs where mounting is permitted). Each test
-copies the shared `reference` run (conftest.py) before it changes it, and takes seconds."""
+named and resumed from the last good one, a changed byte found by the full check and refused by resume and analyses,
+a lost manifest, `nl-embryo verify`, file modes under the umask, stale temporary files, the analysis cache of a copied
+run, interrupted saves cleaned up on resume, and a full disk during a save (monkeypatched, and a real 40 MB tmpfs where
+mounting is permitted). Each test copies the shared `reference` run (conftest.py) before it changes it, and takes seconds."""
 import errno, json, shutil
 
 import pandas as pd
@@ -88,6 +89,97 @@ def test_interrupted_save_folders_are_removed_on_resume(tmp_path, reference):
     junk = run/'checkpoints'/'.step6.tmp-0123abcd'; junk.mkdir(); (junk/'model.safetensors').write_bytes(b'half')
     train(run, steps=6, checkpoints='0,2,4,6', resume=True)
     assert not junk.exists() and list(list_checkpoints(run)) == [0, 2, 4, 6]
+
+
+# --- changed bytes, lost manifests, file modes, stale temporary files, copied runs ---------------------------------
+
+def _toy(calls):
+    "A toy analysis that counts its per-checkpoint computations in `calls`."
+    from nl_embryo.registry import Analysis
+    def count(model, tokenizer, data): calls.append(1); return pd.DataFrame({'n': [sum(p.numel() for p in model.parameters())]})
+    return Analysis('toy_count', 'Toy count', count, lambda run: [None])
+
+
+def test_a_changed_byte_of_the_same_size_is_refused_by_resume_and_by_analyses(tmp_path, reference):
+    from nl_embryo.timeline import Run
+    from nl_embryo.registry import analyze
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    w = run/'checkpoints'/'step4'/'model.safetensors'
+    with open(w, 'r+b') as f: f.seek(w.stat().st_size // 2); f.write(b'\x7f' * 64)      # 64 bytes overwritten, the size kept
+    assert Run(run).steps() == [0, 2, 4]                                   # the cheap check cannot see it
+    with pytest.raises(NlEmbryoError, match=r'checkpoint \S*step4 is damaged: model.safetensors changed after it was written') as e:
+        train(run, steps=6, checkpoints='0,2,4,6', resume=True)
+    assert f"remove {run/'checkpoints'/'step4'}" in e.value.fix and 'step2' in e.value.fix
+    assert list(list_checkpoints(run)) == [0, 2, 4]                        # nothing was trained from it
+    calls = []
+    with pytest.raises(NlEmbryoError, match=r'checkpoint step4 of \S+ is damaged: model.safetensors changed after it was written') as e:
+        analyze(run, _toy(calls), progress=False, charts=False)
+    assert '--resume' in e.value.fix and not Run(run).has_table('toy_count')
+    assert len(analyze(run, _toy(calls), steps=[0, 2], progress=False, charts=False)) == 2   # the good ones still load
+
+
+def test_a_deleted_manifest_among_manifested_checkpoints_is_damage(tmp_path, reference):
+    from nl_embryo.checkpoints import damaged_checkpoints
+    from nl_embryo.timeline import Run
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    (run/'checkpoints'/'step4'/CHECKPOINT_MANIFEST).unlink()
+    assert list(damaged_checkpoints(run)) == [4] and 'manifest.json is missing' in damaged_checkpoints(run)[4]
+    assert Run(run).steps() == [0, 2]
+    with pytest.raises(NlEmbryoError, match='step4 .* is damaged: manifest.json is missing'): Run(run).load(4)
+    with pytest.warns(UserWarning, match=r'skipped the damaged checkpoint\(s\) step4 .*continues from step2'):
+        pretrain(PretrainConfig(out=str(run), steps=4, checkpoints='0,2,4', **MINI), resume=True, quiet=True)   # step4 is trained again
+    assert same_weights(weights(run, 4), weights(reference, 4)) and (run/'checkpoints'/'step4'/CHECKPOINT_MANIFEST).exists()
+
+
+def test_verify_prints_every_checkpoint_and_exits_1_when_one_is_damaged(tmp_path, reference, capsys):
+    from conftest import cli
+    from nl_embryo.cli import main
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    rc, out = cli(capsys, 'verify', run)
+    assert rc == 0 and '3 checkpoint(s) verify' in out
+    w = run/'checkpoints'/'step2'/'optimizer.safetensors'
+    b = bytearray(w.read_bytes()); b[-1] ^= 0xFF; w.write_bytes(bytes(b))
+    with pytest.raises(SystemExit) as e: main(['verify', str(run)])
+    out = capsys.readouterr().out
+    assert e.value.code == 1 and 'optimizer.safetensors changed after it was written' in out and '1 of 3 checkpoint(s) damaged: step(s) 2' in out
+    rc, out = cli(capsys, 'verify', tmp_path)
+    assert rc == 2 and 'has no checkpoints/ folder' in out
+
+
+@pytest.mark.parametrize('umask, mode', [(0o022, 0o644), (0o002, 0o664)])
+def test_checkpoint_files_have_the_umask_permissions(tmp_path, small_corpus, umask, mode):
+    import os
+    old = os.umask(umask)
+    try: run = train(tmp_path/'run', steps=1, checkpoints='0,1')
+    finally: os.umask(old)
+    files = [p for p in (run/'checkpoints').rglob('*') if p.is_file()]
+    assert {'model.safetensors', 'optimizer.safetensors', CHECKPOINT_MANIFEST} <= {p.name for p in files}
+    assert {p.relative_to(run).as_posix(): oct(p.stat().st_mode & 0o777) for p in files if p.stat().st_mode & 0o777 != mode} == {}
+
+
+def test_stale_temporary_files_are_removed_when_the_analysis_cache_is_opened(tmp_path, reference):
+    import os, time
+    from nl_embryo.timeline import Run
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    cache = run/'analysis'/'cache'/'count-0123456789abcdef'; cache.mkdir(parents=True)
+    stale, live = cache/'.step0-0123.parquet.tmp-0123abcd', cache/'.step2-4567.parquet.tmp-4567cdef'
+    stale.write_bytes(b'half'); live.write_bytes(b'being written')
+    os.utime(stale, (time.time() - 86_400,) * 2)                            # a write killed yesterday
+    Run(run).map(lambda m, t, d: pd.DataFrame({'x': [1]}), steps=[0], progress=False)
+    assert not stale.exists() and live.exists()                            # a write of now is left alone
+
+
+def test_a_copied_run_keeps_its_analysis_cache(tmp_path, reference):
+    from nl_embryo.registry import analyze
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    calls = []
+    analyze(run, _toy(calls), progress=False, charts=False)
+    assert len(calls) == 3
+    copy = tmp_path/'copy'; shutil.copytree(run, copy, copy_function=shutil.copy)      # new modification times, like cp -r
+    w = 'checkpoints/step4/model.safetensors'
+    assert (copy/w).stat().st_mtime_ns != (run/w).stat().st_mtime_ns
+    first = analyze(copy, _toy(calls), progress=False, charts=False)
+    assert len(calls) == 3 and list(first['step']) == [0, 2, 4]            # every step read from the copied cache
 
 
 # --- a full disk ---------------------------------------------------------------------------------------------------

@@ -1,11 +1,15 @@
 """`nl-embryo analyze` and `nl-embryo sweep` end to end through the console script (subprocesses, as a user runs them);
-bad `analyze --steps` named by `main` in this process (on the shared `reference` run of conftest.py)."""
-import subprocess
+bad `analyze --steps` named by `main` in this process (on the shared `reference` run of conftest.py); bad input to
+`pretrain`, `analyze`, `sweep` and `convert_to_safetensors` stopped with the problem and the fix, losing nothing."""
+import os, shutil, subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import cli, nl_embryo_cmd
+from conftest import ROOT, cli, nl_embryo_cmd
+
+FIXTURES = ROOT/"tests"/"fixtures"
 
 
 def run_cli(*args, check=True, timeout=600):
@@ -92,8 +96,8 @@ def test_prefixes_are_refused_and_version_is_printed():
     from nl_embryo import __version__
     from nl_embryo.cli import main
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as e: main(['pretrain', '--step', '5'])
-    assert e.value.code == 2 and 'unrecognized arguments: --step 5' in err.getvalue()      # not taken as --steps 5
+    with contextlib.redirect_stderr(err): code = main(['pretrain', '--step', '5'])
+    assert code == 2 and 'unrecognized argument(s): --step (did you mean --steps?); 5' in err.getvalue()   # not taken as --steps 5
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit): main(['--version'])
     assert out.getvalue().strip() == f'nl_embryo {__version__}'
@@ -110,3 +114,223 @@ def test_objective_alone_implies_its_architecture(monkeypatch, capsys):
     assert 'using --arch electra' in capsys.readouterr().out
     assert main(['pretrain', '--objective', 'mlm', '--arch', 'roberta', '--out', 'x', '--quiet']) == 0
     assert seen[-1].arch == 'roberta'                         # an explicit --arch is kept
+
+
+# Bad input stops with a message naming the problem and the fix (exit status 2, no traceback), before any work and
+# with nothing already written lost. Validation happens before training, so most of these train nothing.
+TINY = ('--corpus', 'nested-zipf', '--preset', 'mini', '--block-size', 32, '--corpus-tokens', 40_000, '--batch-size', 8,
+        '--steps', 2, '--checkpoints', '0,2', '--eval-batches', 1, '--quiet')
+
+
+def refused(rc, out, *said):
+    "An NlEmbryoError as the CLI prints it: status 2, a fix line, no traceback, and every phrase of `said` in the message."
+    assert rc == 2 and 'nl-embryo: error:' in out and 'fix:' in out and 'Traceback' not in out, out
+    for s in said: assert s in out, (s, out)
+
+
+def deny_writes(monkeypatch, folder):
+    "Make the probe files created under `folder` fail as the kernel fails a user's write there (root writes through permission bits)."
+    import errno, tempfile
+    real = tempfile.mkstemp
+    def mkstemp(*a, dir=None, **k):
+        if dir is not None and str(Path(dir)).startswith(str(folder)): raise PermissionError(errno.EACCES, 'Permission denied', str(dir))
+        return real(*a, dir=dir, **k)
+    monkeypatch.setattr(tempfile, 'mkstemp', mkstemp)
+
+
+def test_pretrain_refuses_a_read_only_out_before_any_work(tmp_path, capsys, monkeypatch, small_corpus):
+    ro = tmp_path/'ro'; ro.mkdir(); (ro/'kept.txt').write_text('kept'); ro.chmod(0o555)
+    if os.geteuid() == 0: deny_writes(monkeypatch, ro)
+    try: rc, out = cli(capsys, 'pretrain', *TINY, '--out', ro/'run')
+    finally: ro.chmod(0o755)
+    refused(rc, out, f"--out {ro/'run'} cannot be written: {ro} is read-only", 'choose a folder you can write to')
+    assert [p.name for p in ro.iterdir()] == ['kept.txt']
+
+
+def test_pretrain_refuses_an_unknown_device(tmp_path, capsys):
+    refused(*cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--device', 'foo'), "unknown device 'foo'", 'use --device cpu, cuda or cuda:N')
+    assert not (tmp_path/'run').exists()
+
+
+def test_pretrain_refuses_a_negative_vocabulary(tmp_path, capsys):
+    refused(*cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--vocab-size', -5), '--vocab-size -5 leaves no room', 'use e.g. --vocab-size 8000')
+    assert not (tmp_path/'run').exists()
+
+
+def test_analyze_refuses_a_run_without_checkpoints(tmp_path, capsys, reference):
+    run = tmp_path/'run'; (run/'checkpoints').mkdir(parents=True)
+    shutil.copy(reference/'config.json', run/'config.json')
+    refused(*cli(capsys, 'analyze', run, '--attention', '--quiet'), f'{run} has no complete checkpoint', 'train the run first')
+    assert sorted(p.name for p in run.iterdir()) == ['checkpoints', 'config.json']
+
+
+def model_folder(path, vocab_size, tokenizer):
+    "A model folder: a mini BERT of `vocab_size` embeddings saved with `tokenizer` (safetensors)."
+    from nl_embryo.models import build_model
+    build_model('bert', 'mini', vocab_size=vocab_size, max_position=64).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_analyze_refuses_a_tokenizer_past_the_vocabulary(tmp_path, capsys, english_tokenizer):
+    folder = model_folder(tmp_path/'model', 100, english_tokenizer)
+    refused(*cli(capsys, 'analyze', folder, '--attention', '--out', tmp_path/'analysis', '--quiet'),
+            f'the tokenizer of {folder} has 8,000 tokens but the model only 100 embeddings', 'load the tokenizer the model was trained with')
+
+
+def test_sweep_refuses_a_read_only_out(tmp_path, monkeypatch, capsys):
+    grid = tmp_path/'grid.yaml'; grid.write_text('x: [1, 2]\n')
+    ro = tmp_path/'ro'; ro.mkdir(); ro.chmod(0o555)
+    if os.geteuid() == 0: deny_writes(monkeypatch, ro)
+    try: rc, out = cli(capsys, 'sweep', FIXTURES/'sweep_toy.ipynb', '--grid', grid, '--out', ro/'sweep', '--quiet')
+    finally: ro.chmod(0o755)
+    refused(rc, out, f"--out {ro/'sweep'} cannot be written: {ro} is read-only", 'choose a folder you can write to')
+    assert list(ro.iterdir()) == []
+
+
+def test_a_config_of_the_wrong_types_is_refused(tmp_path):
+    from nl_embryo.core import NlEmbryoError
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    for bad, said in [(dict(steps='10'), "option steps must be int, not str '10'"), (dict(lr='1e-3'), 'option lr must be a number (or None)'),
+                      (dict(whole_word='yes'), 'option whole_word must be bool'), (dict(optimizer='sgd'), "unknown optimizer 'sgd'")]:
+        with pytest.raises(NlEmbryoError) as e: pretrain(PretrainConfig(out=str(tmp_path/'run'), **bad), quiet=True)
+        assert said in e.value.problem and e.value.fix, (bad, str(e.value))
+    with pytest.raises(NlEmbryoError) as e: PretrainConfig(steps='10').resolved()
+    assert 'pass steps=300' in e.value.fix and '--steps' in e.value.fix
+    assert not (tmp_path/'run').exists()
+
+
+@pytest.mark.parametrize('damage', ['a SETITEM with one value on the stack', 'a storage file missing', 'a pickle cut short'])
+def test_convert_refuses_a_malformed_pickle(tmp_path, damage):
+    import torch, zipfile
+    from nl_embryo.core import NlEmbryoError
+    from nl_embryo.models import convert_to_safetensors
+    folder = tmp_path/'model'; folder.mkdir()
+    torch.save({'w': torch.ones(2, 3)}, tmp_path/'good.bin')
+    with zipfile.ZipFile(tmp_path/'good.bin') as z: entries = {n: z.read(n) for n in z.namelist()}
+    pkl = next(n for n in entries if n.endswith('data.pkl'))
+    if damage == 'a SETITEM with one value on the stack': entries[pkl] = b'\x80\x02}q\x00X\x01\x00\x00\x00ws.'
+    elif damage == 'a storage file missing': entries = {n: b for n, b in entries.items() if '/data/' not in n}
+    else: entries[pkl] = entries[pkl][:len(entries[pkl]) // 2]
+    with zipfile.ZipFile(folder/'pytorch_model.bin', 'w') as z:
+        for n, b in entries.items(): z.writestr(n, b)
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(NlEmbryoError) as e: convert_to_safetensors(folder, out=tmp_path/'converted')
+    assert 'pytorch_model.bin' in e.value.problem and ('not a well-formed torch.save checkpoint' in e.value.problem or 'not a plain torch state dict' in e.value.problem)
+    assert e.value.fix and sorted(p.name for p in folder.iterdir()) == before and not (tmp_path/'converted').exists()
+
+
+def test_a_full_disk_at_resume_is_named_and_loses_nothing(tmp_path, capsys, monkeypatch, reference):
+    import errno
+    import nl_embryo.pretrain as P
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob('*') if p.is_file()}
+    real = P.atomic_write_json
+    def full(path, *a, **k):
+        if Path(path).name == 'config.json': raise OSError(errno.ENOSPC, 'No space left on device', str(path))
+        return real(path, *a, **k)
+    monkeypatch.setattr(P, 'atomic_write_json', full)
+    rc, out = cli(capsys, 'pretrain', '--corpus', 'nested-zipf', '--preset', 'mini', '--block-size', 32, '--corpus-tokens', 40_000,
+                  '--batch-size', 8, '--lr', 2e-3, '--eval-batches', 1, '--steps', 4, '--checkpoints', '0,2,4', '--out', run, '--resume', '--quiet')
+    refused(rc, out, f"the disk is full: {run/'config.json'} could not be written", 'free some space')
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob('*') if p.is_file()} == before
+
+
+def test_pretrain_refuses_cuda_without_a_gpu(tmp_path, capsys, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    refused(*cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--device', 'cuda'), 'no CUDA device is available', 'use --device cpu')
+    assert not (tmp_path/'run').exists()
+
+
+def test_pretrain_refuses_zero_eval_batches(tmp_path, capsys):
+    refused(*cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--eval-batches', 0), '--eval-batches 0', 'at least 1 batch', '--eval-batches 4')
+    assert not (tmp_path/'run').exists()
+
+
+def test_pretrain_refuses_a_vocabulary_below_the_tokenizers_minimum(tmp_path, capsys, monkeypatch):
+    "--vocab-size 10 used to give a 110-token tokenizer without a word; the minimum is named, and nothing is cached."
+    import re
+    import nl_embryo.corpora as C
+    import nl_embryo.pretrain as P
+    monkeypatch.setenv('NL_EMBRYO_DATA', str(tmp_path/'cache'))
+    monkeypatch.setattr(P, 'fetch', lambda names, quiet=False: {})
+    monkeypatch.setitem(C.TOKENIZERS, 'english', (lambda: ['the cat sat on the mat', 'a dog ran'] * 20, 'wordpiece', dict(lowercase=True)))
+    rc, out = cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--vocab-size', 10)
+    refused(rc, out, '--vocab-size 10 is too small for the english tokenizer')
+    need = int(re.search(r'alone take (\d+) pieces', out).group(1))
+    assert need > 10 and f'use --vocab-size {need} or more' in out
+    assert not C.tokenizer_dir('english', 10).exists() and not (tmp_path/'run').exists()
+
+
+def test_pretrain_refuses_a_negative_temperature(tmp_path, capsys):
+    refused(*cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--arch', 'electra', '--temperature', -1),
+            '--temperature -1.0 is not a sampling temperature', '--temperature 0.8')
+    assert not (tmp_path/'run').exists()
+
+
+def test_resume_of_a_missing_folder_is_refused(tmp_path, capsys):
+    refused(*cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'nothing', '--resume'),
+            f"--resume: {tmp_path/'nothing'} does not exist, so there is no run to resume", 'drop --resume to start a new run')
+    assert not (tmp_path/'nothing').exists()
+
+
+def test_a_tokenizer_that_does_not_match_the_model_is_named(tmp_path, reference):
+    "A run's checkpoint with another tokenizer is refused (check_tokenizer_matches); a model folder's much smaller one is warned about."
+    import hashlib, json
+    from nl_embryo.core import NlEmbryoError
+    from nl_embryo.corpora import get_tokenizer
+    from nl_embryo.timeline import Run
+    small = get_tokenizer('protein')
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    ck = run/'checkpoints'/'step4'
+    for p in ck.glob('tokenizer*'): p.unlink()
+    small.save_pretrained(ck)
+    files = {p.relative_to(ck).as_posix(): dict(size=p.stat().st_size, sha256=hashlib.sha256(p.read_bytes()).hexdigest())
+             for p in sorted(ck.rglob('*')) if p.is_file() and p.name != 'manifest.json'}
+    (ck/'manifest.json').write_text(json.dumps(dict(files=files)))        # a consistent checkpoint, with another tokenizer
+    with pytest.raises(NlEmbryoError) as e: Run(run).load(4)
+    assert f'has vocab_size=8000 but the tokenizer has {len(small)} tokens' in e.value.problem and 'the tokenizer the model was trained with' in e.value.fix
+    folder = model_folder(tmp_path/'model', 8000, small)
+    with pytest.warns(UserWarning, match=f'has {len(small)} tokens, the model 8,000'): Run(folder, out=tmp_path/'analysis').load()
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
+    "Nine nested aliases of nine (a 378-byte grid of 9**9 values) kept a sweep at 100% CPU; they are refused before they expand."
+    import signal
+    bomb = 'a: &a [x, x, x, x, x, x, x, x, x]\n' + ''.join(f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip('abcdefgh', 'bcdefghi'))
+    grid = tmp_path/'bomb.yaml'; grid.write_text(bomb)
+    def hung(*_): raise TimeoutError('the alias bomb was not refused within 120 s')
+    old = signal.signal(signal.SIGALRM, hung); signal.alarm(120)                 # a guard against the hang, not a timing check
+    try: rc, out = cli(capsys, 'sweep', FIXTURES/'sweep_toy.ipynb', '--grid', grid, '--out', tmp_path/'sweep', '--quiet')
+    finally: signal.alarm(0); signal.signal(signal.SIGALRM, old)
+    refused(rc, out, "the grid's YAML aliases expand to more than 100,000 values", 'fix: write the values out')
+    assert len(bomb.encode()) < 600 and not (tmp_path/'sweep').exists()
+
+
+def test_a_mistyped_flag_or_value_is_one_line_with_a_suggestion(capsys):
+    "`--attenton` and `--corpus englsh`: one error line naming the closest flag or value, no usage block; --surgery answers in its short names."
+    from nl_embryo.cli import main
+    assert main(['analyze', 'runs/none', '--attenton']) == 2
+    err = capsys.readouterr().err
+    assert 'did you mean --attention?' in err and 'usage:' not in err
+    with pytest.raises(SystemExit) as e: main(['pretrain', '--corpus', 'englsh'])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and 'did you mean english?' in err and 'usage:' not in err and len(err.splitlines()) == 2
+    demo = str(Path(__file__).resolve().parents[1]/'nbs'/'data'/'demo')   # a run folder (its tables; the names are checked first)
+    assert main(['analyze', demo, '--surgery', 'revers']) == 2
+    assert 'did you mean reverse?' in capsys.readouterr().err
+
+
+def test_pretrain_without_out_does_not_write_into_the_demo(tmp_path, monkeypatch):
+    "No --out: the run goes to runs/ARCH-CORPUS, not into the demo's folder."
+    import nl_embryo.pretrain as P
+    from nl_embryo.cli import main
+    seen = {}
+    monkeypatch.setattr(P, 'pretrain', lambda cfg, **kw: seen.setdefault('out', cfg.out))
+    monkeypatch.chdir(tmp_path)
+    main(['pretrain', '--arch', 'roberta', '--corpus', 'nested-zipf', '--quiet'])
+    assert seen['out'] == 'runs/roberta-nested-zipf'
+    from nl_embryo.cli import make_parser
+    sub = next(a for a in make_parser()._actions if a.dest == 'command').choices
+    assert sub['demo'].description and sub['docs'].description

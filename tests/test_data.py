@@ -332,3 +332,30 @@ def test_full_check_tells_a_touched_file_from_a_changed_one(toy_source):
     assert source_changes('toy', full=True) == ["toy/a.txt changed (its sha256 differs from the fetched file's)"]
     a.unlink()
     assert source_changes('toy') == ['toy/a.txt is missing']
+
+
+@pytest.mark.parametrize('order', [('package/x', 'package/x/y'), ('package/x/y', 'package/x')])
+def test_an_archive_with_a_file_and_a_folder_of_one_name(toy, order):
+    "`pkg/x` both a file and a folder: named with the fix, and the entry fetched before is left as it was."
+    toy.manifest(members=['package/**'])
+    entry = data.fetch(['toy'], quiet=True)['toy']
+    before = {p.relative_to(entry): p.read_bytes() for p in entry.rglob('*') if p.is_file()}
+    sha = make_tgz(toy.art, {name: b'data' for name in order})
+    toy.manifest(members=['package/**'], sha256=sha)
+    with pytest.raises(data.NlEmbryoError) as e: data.fetch(['toy'], force=True, quiet=True)
+    assert 'toy-1.0.tgz holds a file and a folder of the same name (package/x' in e.value.problem
+    assert 'check its package, version and filename' in e.value.fix
+    assert {p.relative_to(entry): p.read_bytes() for p in entry.rglob('*') if p.is_file()} == before
+
+
+def test_pretrain_fetches_the_sources_its_corpus_reads(tmp_path, monkeypatch, capsys):
+    "On a fresh clone (an empty cache) `nl-embryo pretrain --corpus english` fetches brown and sotu first, as the demo does."
+    import nl_embryo.pretrain as P
+    monkeypatch.setenv('NL_EMBRYO_DATA', str(tmp_path/'cache'))            # nothing fetched, nothing built
+    asked = []
+    def fake_fetch(names, quiet=False, **kw):
+        asked.append((list(names), quiet))
+        raise NlEmbryoError('stopped after the fetch', 'this test fetches nothing')   # the real data is in the project's cache
+    monkeypatch.setattr(P, 'fetch', fake_fetch)
+    rc, out = cli(capsys, 'pretrain', '--corpus', 'english', '--preset', 'mini', '--steps', 2, '--out', tmp_path/'run')
+    assert asked == [(['brown', 'sotu'], False)] and rc == 2 and 'stopped after the fetch' in out and 'is not fetched' not in out

@@ -315,3 +315,21 @@ def test_no_notebook_output_loads_a_script_from_the_web():
                     if 'cdn.jsdelivr' in text or script.search(text) or urls:
                         bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({mime}): {urls[:2] or 'cdn.jsdelivr / script src'}")
     assert bad == [], bad
+
+
+def test_tutorial_clean_up_runs_only_under_the_test_runner():
+    "Run All in JupyterLab keeps the tutorial's run: a cell that removes it does so only under nbdev_test (IN_TEST)."
+    import json
+    cells = [(nb.name, ''.join(c['source'])) for nb in sorted((ROOT/'nbs'/'tutorials').glob('*.ipynb'))
+             for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code']
+    removing = [(name, src) for name, src in cells if 'rmtree' in src]
+    assert len(removing) >= 5
+    assert all("os.environ.get('IN_TEST')" in src for _, src in removing), [name for name, src in removing if 'IN_TEST' not in src]
+
+
+def test_every_chapter_has_a_title_for_the_sidebar():
+    "The docs sidebar shows each chapter's title: every notebook opens with a '# title' cell, not its file name."
+    import json
+    untitled = [nb.name for nb in sorted((ROOT/'nbs').rglob('*.ipynb')) if '.ipynb_checkpoints' not in nb.parts
+                and not ''.join(json.loads(nb.read_text())['cells'][0]['source']).startswith('# ')]
+    assert not untitled, untitled

@@ -191,19 +191,18 @@ def test_attention_explorer_slider_works_on_the_docs_page(site, browser):
     p, blocked, failed, errors, _ = _open(browser, (site/'tutorials/attention_explorer.html').as_uri())
     try:
         p.wait_for_selector('div.nl-live.nl-drawn .nl-view svg', timeout=20_000)
-        slider = p.locator('div.nl-live input[type=range]')
-        assert slider.count() == 1
-        lo, hi = int(slider.get_attribute('min')), int(slider.get_attribute('max'))
+        steps = p.locator('div.nl-live input[type=radio]')     # checkpoints 0, 10, 30: a button per step, labelled by it
+        shown = [steps.nth(i).get_attribute('value') for i in range(steps.count())]
         view = '() => document.querySelector("div.nl-live .nl-view svg").outerHTML'
         title = '() => document.querySelector("div.nl-live .nl-view svg .role-title").textContent'
         before, title_before = p.evaluate(view), p.evaluate(title)
-        slider.fill(str(lo))                                   # moves the range input and fires its events
+        steps.first.check()                                    # step 0, and the input's change event
         p.wait_for_function('b => document.querySelector("div.nl-live .nl-view svg").outerHTML !== b', arg=before, timeout=5_000)
         after, title_after = p.evaluate(view), p.evaluate(title)
         rects = p.evaluate('() => document.querySelectorAll("div.nl-live .nl-view svg path, div.nl-live .nl-view svg rect").length')
     finally:
         p.close()
-    assert hi > lo and after != before and rects > 100
+    assert shown == ['0', '10', '30'] and after != before and rects > 100   # the input shows the steps, not their index
     assert title_before.endswith('step 30') and title_after.endswith('step 0'), (title_before, title_after)
     assert blocked == failed == errors == []
 

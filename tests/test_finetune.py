@@ -193,3 +193,17 @@ def test_mlm_adapt_trains_only_embeddings_and_head():
     with pytest.raises(NlEmbryoError, match='no MLM head'): mlm_adapt(model.bert, steps=1)
     with pytest.raises(NlEmbryoError, match='at least one step'): mlm_adapt(model, steps=0)
     with pytest.raises(NlEmbryoError, match='embedding table has 25 rows'): mlm_adapt(build_model('bert', MICRO, vocab_size=25), steps=1)
+
+
+def test_multiple_choice_over_the_reference_run(reference):
+    "`next-sentence-mc` on a checkpoint of the reference run, as `analyze --finetune next-sentence-mc` runs it: accuracy with its chance and majority baselines."
+    from nl_embryo.finetune import FINETUNE, finetune_run
+    assert FINETUNE.cli['parse']('next-sentence-mc') == ['next-sentence-mc']
+    res = finetune_run(reference, tasks=['next-sentence-mc'], steps=4, max_train=24, max_eval=12, cache=False, progress=False, max_steps=3, batch_size=8)
+    task = load_task('next-sentence-mc', max_train=24, max_eval=12)
+    assert set(res['step']) == {4} and set(res['kind']) == {'choice'} and set(res['split']) == {'dev', 'test'}
+    for split, rows in res.groupby('split'):
+        got = rows.set_index('metric')
+        assert sorted(got.index) == ['accuracy', 'chance', 'majority'] and got.loc['accuracy', 'primary'] and not got.loc[['chance', 'majority'], 'primary'].any()
+        assert 0 <= got.loc['accuracy', 'value'] <= 1 and got.loc['chance', 'value'] == 0.25 and got.loc['accuracy', 'n_eval'] == 12
+        assert got.loc['majority', 'value'] == pytest.approx(task.majority(split)['accuracy'])

@@ -226,9 +226,11 @@ def test_shuffle_keeps_specials_and_permutes_the_rest(models, arch):
     assert torch.equal(E1[5:], E0[src]) and sorted(src.tolist()) == list(range(5, len(E0)))   # a permutation of 5..V-1
     outp = new.get_output_embeddings()
     if outp is not None:
-        assert outp.weight is E1                                   # still tied
-        b0, b1 = net(m).get_output_embeddings().bias, outp.bias
-        assert torch.equal(b1[5:], b0[src]) and torch.equal(b1[:5], b0[:5])
+        assert outp.weight is E1                                   # still tied: the output rows move with the inputs
+        b0 = net(m).get_output_embeddings().bias
+        assert torch.equal(outp.bias, b0)                          # the output bias (the unigram prior) stays with its token
+        b1 = shuffle_embeddings(m, seed=1, outputs='all').get_output_embeddings().bias
+        assert torch.equal(b1[5:], b0[src]) and torch.equal(b1[:5], b0[:5])   # outputs='all': relabelled as a whole
     assert not torch.equal(shuffle_embeddings(m, seed=2).get_input_embeddings().weight, E1)
     assert torch.equal(shuffle_embeddings(m, seed=1).get_input_embeddings().weight, E1)
     kept = shuffle_embeddings(m, keep=list(range(10)))

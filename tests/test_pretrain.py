@@ -1,6 +1,7 @@
 """Integration and fault tests of pre-training: exact resume after SIGKILL, 2-process Accelerate, --resume after a NaN with
-another learning rate, clipping and schedule, what --resume refuses to change, metrics rewritten atomically on resume,
-bad input named before anything is written."""
+another learning rate, clipping and schedule, what --resume refuses to change (config.json lost included), metrics
+rewritten atomically on resume, each step once (a resume from step 0, a cut line named), bad input named before anything
+is written."""
 import json, os, signal, subprocess, time, errno, shutil
 from pathlib import Path
 
@@ -57,9 +58,9 @@ def test_half_written_checkpoint_is_skipped(tmp_path, small_corpus):
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, small_corpus, monkeypatch):
-    poison_mlm_loss(monkeypatch, at_call=5)
+    poison_mlm_loss(monkeypatch, at_call=8)        # training step 5: the one-batch evals of steps 0, 2 and 4 are calls too
     with pytest.raises(NlEmbryoError, match=r'loss became nan at step 5.*last good checkpoint is step4'):
-        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=10, checkpoints='0,2,4,8', eval_batches=0, **TINY), quiet=True)
+        pretrain(PretrainConfig(out=str(tmp_path/'r'), steps=10, checkpoints='0,2,4,8', eval_batches=1, **TINY), quiet=True)
     assert list(list_checkpoints(tmp_path/'r')) == [0, 2, 4]
 
 
@@ -159,13 +160,13 @@ def test_tokenizer_mismatch_is_refused(small_corpus):
 # --- --resume with another learning rate, clipping or schedule; what it refuses; the metrics it rewrites -------------
 
 def test_nan_advice_works_resume_with_a_lower_lr(tmp_path, small_corpus, monkeypatch):
-    poison_mlm_loss(monkeypatch, at_call=4)
+    poison_mlm_loss(monkeypatch, at_call=6)        # training step 4: the one-batch evals of steps 0 and 2 are calls too
     run = tmp_path/'run'
     with pytest.raises(NlEmbryoError, match=r'loss became nan at step 4.*last good checkpoint is step2') as e:
-        train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0)
+        train(run, steps=6, checkpoints='0,2,4,6', eval_batches=1)
     assert 'lower --lr' in e.value.fix and '--resume' in e.value.fix
     monkeypatch.undo()                                           # the cause of the NaN is gone
-    train(run, steps=6, checkpoints='0,2,4,6', eval_batches=0, lr=1e-3, max_grad_norm=0.5, schedule='cosine', resume=True)
+    train(run, steps=6, checkpoints='0,2,4,6', eval_batches=1, lr=1e-3, max_grad_norm=0.5, schedule='cosine', resume=True)
     info = json.loads((run/'config.json').read_text())
     assert info['history'] == [dict(from_step=0, lr=2e-3, schedule='triangle', warmup=0.5, max_grad_norm=1.0),
                                dict(from_step=2, lr=1e-3, schedule='cosine', warmup=0.5, max_grad_norm=0.5)]
@@ -191,6 +192,43 @@ def test_metrics_are_rewritten_atomically_on_resume(tmp_path, reference, monkeyp
     train(run, steps=6, checkpoints='0,2,4,6', resume=True)
     assert 'metrics.jsonl' in written
     assert [json.loads(l)['step'] for l in (run/'metrics.jsonl').read_text().splitlines()] == list(range(7))
+
+
+def _metric_steps(run) -> list[int]:
+    "The steps of a run's metrics.jsonl, in file order (every line must parse)."
+    return [json.loads(l)['step'] for l in (run/'metrics.jsonl').read_text().splitlines()]
+
+
+def test_resume_from_step_0_keeps_one_step_0_row_and_its_checkpoint(tmp_path, reference):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    for s in (2, 4): shutil.rmtree(run/'checkpoints'/f'step{s}')
+    step0 = {p.name: p.stat().st_mtime_ns for p in (run/'checkpoints'/'step0').iterdir()}
+    train(run, steps=4, resume=True)
+    assert _metric_steps(run) == [0, 1, 2, 3, 4]                           # the step-0 row once
+    assert {p.name: p.stat().st_mtime_ns for p in (run/'checkpoints'/'step0').iterdir()} == step0   # never written again
+    assert all(torch.equal(a, b) for a, b in zip(weights(run, 4).values(), weights(reference, 4).values()))
+
+
+def test_metrics_cut_mid_line_are_named_on_resume_and_rewritten_whole(tmp_path, reference):
+    from conftest import MINI
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    lines = (run/'metrics.jsonl').read_text().splitlines(keepends=True)
+    (run/'metrics.jsonl').write_text(''.join(lines[:2]) + lines[2][:len(lines[2]) // 2])    # cut in the row of step 2
+    with pytest.warns(UserWarning, match=r"metrics.jsonl lost the rows of step\(s\) 2-4, the eval rows of step\(s\) 2, 4 among them "
+                                         r"\(1 line\(s\) cut or garbled were dropped\): the run continues from step4") as got:
+        pretrain(PretrainConfig(out=str(run), steps=6, checkpoints='0,2,4,6', **MINI), resume=True, quiet=True)
+    assert len([w for w in got if 'lost the rows' in str(w.message)]) == 1
+    steps = _metric_steps(run)                                             # parses whole
+    assert steps == [0, 1, 5, 6] and len(set(steps)) == len(steps)
+
+
+def test_resume_without_config_json_checks_the_options_of_the_checkpoint(tmp_path, reference):
+    run = tmp_path/'run'; shutil.copytree(reference, run)
+    (run/'config.json').unlink()
+    with pytest.raises(NlEmbryoError, match=r'--resume cannot change batch_size \(8 -> 4\)') as e: train(run, steps=6, resume=True, batch_size=4)
+    assert '--lr' in e.value.fix and list(list_checkpoints(run)) == [0, 2, 4] and not (run/'config.json').exists()
+    train(run, steps=6, checkpoints='0,2,4,6', resume=True)                 # its own options continue it
+    assert json.loads((run/'config.json').read_text())['config']['batch_size'] == 8 and _metric_steps(run) == list(range(7))
 
 
 # --- bad input named before anything is written --------------------------------------------------------------------

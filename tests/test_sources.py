@@ -420,3 +420,118 @@ def test_a_folder_that_is_no_timeline_names_the_problem_and_the_fix(tmp_path, ca
     assert rc == 2 and 'holds no timeline' in text and 'fix:' in text
     assert not (tmp_path/'A').exists()
     with pytest.raises(NlEmbryoError, match='not a timeline'): read_source(empty/'notes.txt')
+
+
+# --- 9. eval text named by the user ----------------------------------------------------------------------------------
+
+def test_surgery_of_a_foreign_timeline_needs_an_eval_text_and_measures_the_one_named(tmp_path, capsys, suites, english_tokenizer):
+    from collections import Counter
+    import math
+    from nl_embryo.analysis import analyze
+    from nl_embryo.surgery import surgery_data
+    from nl_embryo.timeline import unigram_entropy_of
+    suite = suites/'plain'
+    before = tree_digest(suite)
+    rc, text = cli(capsys, 'analyze', suite, '--out', tmp_path/'A', '--surgery', '--quiet')
+    assert rc == 2 and 'names no eval text' in text and '--eval-text english' in text and '--eval-text notes.txt' in text
+    assert not (tmp_path/'A'/'analysis'/'surgery.parquet').exists()
+    notes = tmp_path/'notes.txt'; notes.write_text('\n'.join(SENTENCES * 6) + '\n')
+    run = Run(suite, out=tmp_path/'B', eval_text=notes)
+    rec = json.loads((tmp_path/'B'/'eval_text.json').read_text())
+    ids = [i for s in SENTENCES * 6 for i in english_tokenizer(s, add_special_tokens=False)['input_ids']]
+    n, counts = len(ids), Counter(ids)
+    assert rec['kind'] == 'text file' and rec['name'] == 'notes.txt' and rec['n_tokens'] == n and rec['n_texts'] == 48
+    assert rec['unigram_entropy'] == pytest.approx(-sum(c / n * math.log(c / n) for c in counts.values()))
+    assert unigram_entropy_of(Run(suite, out=tmp_path/'B')) == rec['unigram_entropy']           # read back from the folder
+    data = surgery_data(run, probe=False, eval_batches=2, batch_size=2)[0]
+    assert data['mask_id'] == english_tokenizer.mask_token_id and data['batches'][0].shape == (2, 128)
+    assert list(data['batches'][0].ravel()) == ids[:256]                                           # the named text, its tokenizer, no special tokens
+    df = analyze(run, 'surgery', surgeries='reverse', probe=False, eval_batches=2, batch_size=2, progress=False, charts=False)
+    loss = df[(df['metric'] == 'mlm_loss') & (df['surgery'] == 'identity')]
+    assert sorted(loss['step']) == [0, 10] and loss['value'].between(5, 15).all()                  # untrained: about log(vocabulary size)
+    notes.write_text('other text\n')
+    with pytest.raises(NlEmbryoError, match='changed since it was recorded'): surgery_data(Run(suite, out=tmp_path/'B'), probe=False)
+    with pytest.raises(NlEmbryoError, match='no document split'): Run(suite, out=tmp_path/'C', eval_text='nested-zipf')
+    assert tree_digest(suite) == before
+
+
+def test_a_trainer_timeline_leaves_the_plateau_against_the_named_eval_text(tmp_path, capsys, trainer_out):
+    from nl_embryo.timeline import unigram_entropy_of
+    assert 'left the unigram plateau' not in set(Run(trainer_out, out=tmp_path/'none').phases()['phase'])   # no eval text named: no mark
+    rc, text = cli(capsys, 'analyze', trainer_out, '--out', tmp_path/'A', '--surgery', 'reverse', '--eval-text', 'english', '--steps', '6', '--quiet')
+    assert rc == 0 and 'eval text: english (corpus eval split)' in text, text[-2000:]
+    rec = json.loads((tmp_path/'A'/'eval_text.json').read_text())
+    assert rec['kind'] == 'corpus eval split' and rec['n_tokens'] > 100_000 and 4 < rec['unigram_entropy'] < 9
+    assert set(pd.read_parquet(tmp_path/'A'/'analysis'/'surgery.parquet')['step']) == {6}
+    run = Run(trainer_out, out=tmp_path/'A')
+    assert unigram_entropy_of(run) == rec['unigram_entropy']
+    ph = run.phases().set_index('phase').loc['left the unigram plateau']
+    evals = run.metrics().dropna(subset=['eval_loss'])
+    assert ph['reference'] == rec['unigram_entropy'] and ph['value'] in set(evals['eval_loss'])
+    assert "'english'" in ph['detail'] and "Trainer's eval loss" in ph['detail'] and 'own eval set' in ph['detail']
+
+
+# --- 10. the analysis folder stays small beside the checkpoints ------------------------------------------------------
+
+def test_the_analysis_folder_is_a_small_fraction_of_the_checkpoints(tmp_path, english_tokenizer):
+    from transformers import BertConfig, BertForMaskedLM
+    from nl_embryo.analysis import analyze
+    from nl_embryo.models import quiet_transformers
+    suite = tmp_path/'suite'
+    for i, step in enumerate((100, 200, 300)):                          # three BERTs of hidden 128: 6 MB each
+        torch.manual_seed(i)
+        cfg = BertConfig(vocab_size=len(english_tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=256, max_position_embeddings=128, architectures=['BertForMaskedLM'])
+        with quiet_transformers(): BertForMaskedLM(cfg).save_pretrained(suite/f'step{step}')
+        english_tokenizer.save_pretrained(suite/f'step{step}')
+    run = Run(suite, out=tmp_path/'A')
+    analyze(run, 'probes', **dict(PROBES, charts=True))
+    analyze(run, 'attention', **dict(ATTENTION, charts=True))
+    size = lambda root: sum(p.stat().st_size for p in Path(root).rglob('*') if p.is_file())
+    pages = sorted((tmp_path/'A'/'analysis').glob('*.html'))
+    assert len(pages) >= 5 and all('vega-embed' not in p.read_text()[:20_000] or 'src="vega-embed-' in p.read_text() for p in pages)
+    js = list((tmp_path/'A'/'analysis').glob('vega-embed-*.js'))
+    assert len(js) == 1 and all(f'src="{js[0].name}"' in p.read_text() for p in pages)            # one bundle, shared by every page
+    assert size(tmp_path/'A') < 0.15 * size(suite), (size(tmp_path/'A'), size(suite))
+
+
+# --- 11. a timeline without step 0 ---------------------------------------------------------------------------------
+
+def test_charts_of_a_timeline_without_step_0_say_where_it_starts(tmp_path, suites):
+    from nl_embryo.analysis import analyze
+    from nl_embryo.registry import analysis_tables, get_analysis
+    run = Run(suites/'kilo', out=tmp_path/'A')
+    assert run.steps() == [20_000, 40_000]
+    from nl_embryo.reconstruction import reconstruction_chart
+    analyze(run, 'probes', **PROBES)
+    analyze(run, 'reconstruction', **RECONSTRUCTION)
+    charts = dict(get_analysis('probes').charts(analysis_tables(run, 'probes')), reconstruction=reconstruction_chart(run.table('reconstruction')))
+    for cname, chart in charts.items():                                 # the charts over the shared step axis (a heatmap labels each cell)
+        if 'heatmap' in cname: continue
+        assert 'step (first checkpoint: step 20k; no step 0)' in json.dumps(chart.to_dict()), cname
+    plain = Run(suites/'plain', out=tmp_path/'B')                        # a timeline from step 0: the plain title
+    analyze(plain, 'probes', **PROBES)
+    assert all('no step 0' not in json.dumps(c.to_dict()) for c in get_analysis('probes').charts(analysis_tables(plain, 'probes')).values())
+
+
+# --- 12. the attention explorer over several runs ------------------------------------------------------------------
+
+def test_attention_explorer_switches_between_runs(tmp_path, suites):
+    from nl_embryo.analysis import analyze
+    from nl_embryo.attention import AttentionExplorer
+    runs = {'from0': Run(suites/'plain', out=tmp_path/'a'), 'late': Run(suites/'kilo', out=tmp_path/'b')}
+    for r in runs.values(): analyze(r, 'attention', **ATTENTION)
+    ex = AttentionExplorer.from_runs(runs, compute=False)
+    assert ex.run is not None and list(ex.run.options) == ['from0', 'late'] and ex.run in ex.widget.children[1].children
+    assert ex.steps == [0, 10] and ex.step.value == 10 and set(ex.maps['run']) == {'from0'}
+    first, renders = ex.map_view.value, ex.renders
+    ex.layer.value, ex.head.value = 2, 2
+    ex.run.value = 'late'                                                # the run selector reloads steps, maps and scores
+    assert ex.steps == [20_000, 40_000] and list(ex.step.options) == [20_000, 40_000] and ex.step.value == 40_000
+    assert set(ex.maps['run']) == {'late'} and set(ex.scores['run']) == {'late'} and (ex.layer.value, ex.head.value) == (2, 2)
+    assert ex.map_view.value.startswith('<img') and ex.map_view.value != first and ex.renders > renders
+    assert 'step 40000' in ex.table.value
+    ex.run.value = 'from0'
+    assert ex.steps == [0, 10] and ex.step.value == 10
+    one = AttentionExplorer.from_run(runs['late'], compute=False)       # one run: no selector
+    assert one.run is None and one.steps == [20_000, 40_000]
