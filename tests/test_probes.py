@@ -188,7 +188,9 @@ def test_analyze_writes_probes_and_caches(short_run, monkeypatch):
     a = short_run.path/'analysis'
     assert pd.read_parquet(a/'probes.parquet').equals(df)
     for f in ('probes_accuracy', 'probes_selectivity', 'probes_heatmap'):
-        assert (a/f'{f}.html').stat().st_size > 100_000 and (a/f'{f}.png').read_bytes()[:4] == b'\x89PNG'
+        html = (a/f'{f}.html').read_text()
+        bundle = html.split('src="', 1)[1].split('"', 1)[0]          # the Vega JavaScript, one shared file beside the pages
+        assert 'vegaEmbed' in html and (a/bundle).stat().st_size > 100_000 and (a/f'{f}.png').read_bytes()[:4] == b'\x89PNG'
     # the cache answers without loading a checkpoint, with an identical frame
     def boom(*a, **k): raise AssertionError('a checkpoint was loaded')
     monkeypatch.setattr(Run, 'load', boom)
