@@ -749,11 +749,11 @@ class AttentionExplorer:
         missing = [r for r in self.runs if not (scores['run'] == r).any()] if 'run' in scores else self.runs
         if missing: raise NlEmbryoError(f"the scores table has no rows of run(s) {missing}", "pass the scores and maps of the same runs (both with a run column)")
         self._tables = {r: (scores[scores['run'] == r], maps[maps['run'] == r]) for r in self.runs}
-        self._views: dict = {}
-        self.renders = 0
+        self._views: dict = {}; self.renders = 0
         lay = W.Layout(width='auto')
         self.run = W.Dropdown(options=self.runs, value=self.runs[0], description='run', layout=lay) if len(self.runs) > 1 else None
-        self.step = W.SelectionSlider(options=[0], description='step', continuous_update=False, layout=W.Layout(width='420px'))
+        first = sorted(int(s) for s in (self._tables[self.runs[0]][1] if self.runs else maps)['step'].unique())   # built with its steps: the readout shows one
+        self.step = W.SelectionSlider(options=first, value=first[-1], description='step', continuous_update=False, layout=W.Layout(width='420px'))
         self.layer = W.Dropdown(description='layer', layout=lay)
         self.head = W.Dropdown(description='head', layout=lay)
         self.sentence = W.Dropdown(description='sentence', layout=W.Layout(width='640px'))

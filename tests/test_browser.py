@@ -197,8 +197,9 @@ def test_explorer_slider_changes_the_chart_in_jupyterlab(browser, jupyterlab):
         except Exception:
             errs = stderr_outputs(page)
             pytest.fail(f"the explorer did not appear; notebook errors: {errs[-3:]}\nserver log: {jupyterlab['log'].read_text()[-2000:]}")
-        readout = page.locator('.nl-step-slider .widget-readout')
-        assert readout.inner_text().strip() == '30'
+        readout = page.locator('.nl-step-slider .widget-readout')     # the widgets render after the first map: wait for the readout
+        page.wait_for_function("() => (document.querySelector('.nl-step-slider .widget-readout') || {}).textContent?.trim() === '30'", timeout=30_000)
+        assert readout.text_content().strip() == '30'
         chart.scroll_into_view_if_needed()
         before_html, before_png = chart.inner_html(), chart.screenshot()
 

@@ -178,7 +178,7 @@ def test_chapter_pages_have_the_api_reference(site):
     html = (site/'attention.html').read_text(encoding='utf-8')
     for name in ('load_attention', 'attention_tables', 'pattern_scores_chart', 'attentionexplorer'):
         assert f'<h3 id="{name}"' in html, name
-    assert '<h4 id="attentionexplorer.from_run"' in html
+    assert '<h3 id="attentionexplorer.from_run"' in html and '<h3 id="attentionexplorer.from_runs"' in html   # added with @patch: nbdev's own entries
     assert '<h3 id="attentionexplorer.step_chart"' in html   # a method added with @patch: nbdev's own entry, not a second one
     assert html.count('>source</a>') >= 10 and '#LNone' not in html
     timeline = (site/'timeline.html').read_text(encoding='utf-8')

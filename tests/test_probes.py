@@ -151,11 +151,14 @@ def test_unalignable_words(tiny_model):
         extract_features(model, tok, task2)
 
 
-def test_unknown_names(tmp_path):
+def test_unknown_names(tmp_path, reference, monkeypatch):
     with pytest.raises(NlEmbryoError, match='unknown probing task'): probe_task('klingon')
     with pytest.raises(NlEmbryoError, match='unknown probe solver'): fit_probes(*planted(n=50), solver='newton')
-    (tmp_path/'checkpoints').mkdir()      # a run folder with no checkpoint: bad task names are named before anything is read
-    with pytest.raises(NlEmbryoError, match='unknown probing task'): analyze(tmp_path, 'probes', tasks=('pos', 'ner'))
+    (tmp_path/'checkpoints').mkdir()      # a run folder with no checkpoint says so, before anything is read
+    with pytest.raises(NlEmbryoError, match='no complete checkpoint'): analyze(tmp_path, 'probes', tasks=('pos', 'ner'))
+    def boom(*a, **k): raise AssertionError('a checkpoint was loaded')
+    monkeypatch.setattr(Run, 'load', boom)   # a run with checkpoints: bad task names are named before any is loaded
+    with pytest.raises(NlEmbryoError, match='unknown probing task'): analyze(reference, 'probes', tasks=('pos', 'ner'))
 
 
 @pytest.mark.parametrize('name', list(PROBE_TASKS))
