@@ -276,8 +276,9 @@ def start(tmp_path):
     started = []
     def start(*argv):
         p = subprocess.Popen([sys.executable, '-c', 'import sys; from nl_embryo.cli import main; sys.exit(main())', 'sweep', *map(str, argv)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
-        started.append(p); return p
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))   # as from a terminal: a test run under nohup
+        started.append(p); return p                                                                   # would pass SIGHUP's ignore on to the sweep
     yield start
     left = [q for q in psutil.process_iter(['cmdline']) if str(tmp_path) in ' '.join(q.info['cmdline'] or [])]
     for q in left + [c for q in left for c in q.children(recursive=True)]:
