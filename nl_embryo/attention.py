@@ -15,27 +15,33 @@ from tqdm.auto import tqdm
 from .registry import Analysis, analysis_tables, analyze, register, run_labels
 from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, line_legend, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
-from .models import is_pair, max_positions, set_attention, SizePreset, build_model
+from .models import is_causal, is_pair, max_positions, set_attention, SizePreset, build_model
+from .objectives import CLS_ID, N_SPECIAL
+from .stats import cluster_bootstrap
 from .timeline import Run, first_clearing
 from .data import load_brown_sentences
 from .splits import eval_sentences
 
 # %% auto #0
-__all__ = ['PATTERNS', 'HEAD_CLASSES', 'HEAD_CLASS_THRESHOLD', 'SCORE_COLUMNS', 'MAP_COLUMNS', 'PATTERN_TITLES', 'MEAN_PATTERNS',
-           'attention_checkpoint', 'ATTENTION', 'default_sentences', 'as_sentences', 'eager_attention', 'token_classes',
-           'attention_batches', 'AttentionStats', 'classify_heads', 'attention_tables', 'split_tables',
-           'attention_scores', 'attention_maps', 'maps_array', 'shifted_attention_model', 'attention_grid_chart',
-           'head_timeline_chart', 'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart',
-           'pattern_emergence', 'grid_image', 'attention_gif', 'strongest_head', 'attention_data', 'attention_split',
-           'attention_charts', 'attention_files', 'attention_section', 'attention_phases', 'load_attention',
-           'AttentionExplorer', 'step_slider_chart', 'sentence_attention', 'to_bertviz']
+__all__ = ['PATTERNS', 'CAUSAL_PATTERNS', 'HEAD_CLASSES', 'HEAD_CLASS_THRESHOLD', 'INDUCTION_OPTIONS', 'SCORE_COLUMNS',
+           'MAP_COLUMNS', 'PATTERN_TITLES', 'MEAN_PATTERNS', 'attention_checkpoint', 'CAUSAL_PHASES', 'ATTENTION',
+           'default_sentences', 'as_sentences', 'eager_attention', 'token_classes', 'attention_batches',
+           'AttentionStats', 'classify_heads', 'repeat_targets', 'repeat_scores', 'repeat_chance', 'repeat_batch',
+           'induction_scores', 'induction_rows', 'attention_tables', 'split_tables', 'attention_scores',
+           'attention_maps', 'maps_array', 'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart',
+           'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'causal_scores_chart',
+           'best_causal_heads', 'pattern_emergence', 'grid_image', 'attention_gif', 'strongest_head', 'attention_data',
+           'attention_split', 'attention_charts', 'attention_files', 'attention_section', 'causal_head_phases',
+           'attention_phases', 'load_attention', 'AttentionExplorer', 'step_slider_chart', 'sentence_attention',
+           'to_bertviz']
 
 # %% ../nbs/08_attention.ipynb #1285aee5
 from fastcore.basics import patch
 
 # %% ../nbs/08_attention.ipynb #224a02fb
 PATTERNS = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy', 'entropy_norm')
-HEAD_CLASSES = ('diagonal', 'vertical', 'self', 'mixed')   # after Kovaleva et al. 2019, plus self
+CAUSAL_PATTERNS = ('induction', 'prev_random')   # causal models only: scores on random tokens repeated twice (`induction_scores`)
+HEAD_CLASSES = ('diagonal', 'vertical', 'self', 'induction', 'mixed')   # after Kovaleva et al. 2019, plus self and (causal models) induction
 HEAD_CLASS_THRESHOLD = 0.6   # the share of a head's attention its strongest pattern needs to name its class (below: mixed)
 
 def default_sentences(n: int = 200,         # how many sentences to sample
@@ -255,15 +261,101 @@ def classify_heads(scores: pd.DataFrame,                     # tidy scores: `pat
     """The class of each head from a tidy score frame (columns `pattern`, `value` and keys such as `step`, `layer`,
     `head`): the keys plus `head_class`, `class_score` (the strongest pattern's share) and `diagonal_side`. The class
     is the pattern holding the most attention — **diagonal** (the previous or the next token; `diagonal_side` says
-    which), **vertical** ([CLS], [SEP] and punctuation) or **self** — when it holds at least `threshold`, else **mixed**."""
+    which), **vertical** ([CLS], [SEP] and punctuation), **self** or, where the frame has `induction` rows (a causal
+    model), **induction** — when it holds at least `threshold`, else **mixed**."""
     keys = [c for c in scores.columns if c in ('step', 'layer', 'head')]
-    w = scores[scores['pattern'].isin(PATTERNS)].pivot_table(index=keys, columns='pattern', values='value')
-    shares = np.stack([np.maximum(w['prev'], w['next']), w['cls'] + w['sep'] + w['punct'], w['self']], axis=1)
+    w = scores[scores['pattern'].isin(PATTERNS + ('induction',))].pivot_table(index=keys, columns='pattern', values='value')
+    causal = 'induction' in w
+    shares = np.stack([np.maximum(w['prev'], w['next']), w['cls'] + w['sep'] + w['punct'], w['self']] + ([w['induction'].fillna(0)] if causal else []), axis=1)
     best, score = shares.argmax(axis=1), shares.max(axis=1)
-    cls = np.where(score >= threshold, np.array(['diagonal', 'vertical', 'self'])[best], 'mixed')
+    cls = np.where(score >= threshold, np.array(['diagonal', 'vertical', 'self', 'induction'][:shares.shape[1]])[best], 'mixed')
     side = np.where(w['prev'] >= w['next'], 'previous', 'next')
     return pd.DataFrame({'head_class': cls, 'class_score': score, 'diagonal_side': np.where(cls == 'diagonal', side, '')},
                         index=w.index).reset_index()
+
+# %% ../nbs/08_attention.ipynb #afb3335f
+def repeat_targets(half_len: int,    # h: the length of the random sequence that is repeated
+                   prefix: int = 1,  # tokens before it (1: a leading [CLS])
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:  # per score of `CAUSAL_PATTERNS`: `(queries, keys)`, position arrays
+    "The (query, key) positions each causal score reads on `prefix` tokens then a random sequence of `half_len` tokens twice: `induction` (the second half, t → t − h + 1) and `prev_random` (t → t − 1, every random token but the first)."
+    T = prefix + 2 * half_len
+    second, after_first = np.arange(prefix + half_len, T), np.arange(prefix + 1, T)
+    return {'induction': (second, second - half_len + 1), 'prev_random': (after_first, after_first - 1)}
+
+# %% ../nbs/08_attention.ipynb #7e3bdcd6
+def repeat_scores(att: torch.Tensor,  # attention weights, … × T × T (e.g. sequences × layers × heads × T × T), T = prefix + 2·half_len
+                  half_len: int,      # h: the length of the repeated random sequence
+                  prefix: int = 1,    # tokens before it
+                 ) -> dict[str, torch.Tensor]:  # per score of `CAUSAL_PATTERNS`: the mean weight over its queries, shaped as the leading dimensions
+    "The induction and previous-token scores of attention `att` on a repeated sequence: the mean weight of each score's (query, key) pairs (`repeat_targets`)."
+    if att.shape[-1] != prefix + 2 * half_len:
+        raise NlEmbryoError(f"attention over {att.shape[-1]} positions, but {prefix} + 2 x {half_len} tokens were expected",
+                            "pass the half_len and prefix the sequences were built with")
+    return {p: att[..., torch.as_tensor(q), torch.as_tensor(k)].mean(-1) for p, (q, k) in repeat_targets(half_len, prefix).items()}
+
+# %% ../nbs/08_attention.ipynb #61fdd9f5
+def repeat_chance(half_len: int,    # h: the length of the repeated random sequence
+                  prefix: int = 1,  # tokens before it
+                 ) -> dict[str, float]:  # per score of `CAUSAL_PATTERNS`: its chance level
+    "The scores of uniform causal attention (1/(t+1) on each of the t+1 tokens up to t), each score's chance level."
+    return {p: float(np.mean(1 / (q + 1))) for p, (q, _) in repeat_targets(half_len, prefix).items()}
+
+# %% ../nbs/08_attention.ipynb #6faabebb
+def repeat_batch(vocab_size: int,            # the model's vocabulary size: ids are drawn from N_SPECIAL … vocab_size − 1
+                 n_seqs: int = 64,           # how many sequences
+                 half_len: int = 24,         # h: the random sequence's length (distinct tokens)
+                 seed: int = 0,              # the sampling seed: the same seed gives the same sequences
+                 bos: int | None = CLS_ID,   # the token before each sequence (None: none)
+                ) -> torch.Tensor:           # token ids, n_seqs × (prefix + 2·half_len)
+    "`n_seqs` sequences `[bos] x₁…x_h x₁…x_h`: h distinct non-special ids (≥ `N_SPECIAL`) drawn uniformly, then the same again."
+    if vocab_size - N_SPECIAL < half_len:
+        raise NlEmbryoError(f"a vocabulary of {vocab_size} has {vocab_size - N_SPECIAL} non-special ids, fewer than half_len={half_len}", "use a smaller half_len")
+    rng = np.random.default_rng(seed)
+    x = np.stack([rng.choice(np.arange(N_SPECIAL, vocab_size), half_len, replace=False) for _ in range(n_seqs)])
+    lead = np.full((n_seqs, 0 if bos is None else 1), 0 if bos is None else bos)
+    return torch.from_numpy(np.concatenate([lead, x, x], 1)).long()
+
+# %% ../nbs/08_attention.ipynb #bdb967d8
+def induction_scores(model,                     # a causal LM (`is_causal`), e.g. `build_model('gpt-neox', ...)`
+                     n_seqs: int = 64,          # random sequences
+                     half_len: int = 24,        # h: the repeated sequence's length (the prefix + 2h tokens must fit the model's positions)
+                     seed: int = 0,             # the seed of the sequences (`repeat_batch`) and of the bootstrap
+                     bos: int | None = CLS_ID,  # the token before each sequence (None: none)
+                     batch_size: int = 32,      # sequences per forward pass
+                    ) -> pd.DataFrame:          # per (layer, head) and score: `layer`, `head`, `pattern`, `value`, `lo`, `hi`, `chance`, `n_seqs`
+    """The induction and previous-token scores of every head (Olsson et al. 2022) on `n_seqs` random sequences repeated
+    twice, with eager attention: the mean over the sequences of `repeat_scores`, a 95% bootstrap interval over the
+    sequences and the score's chance level (`repeat_chance`). Layers and heads are numbered from 1."""
+    net, prefix = _encoder(model), int(bos is not None)
+    limit = max_positions(net.config)
+    if limit is not None and prefix + 2 * half_len > limit:
+        raise NlEmbryoError(f"{prefix} + 2 x {half_len} tokens do not fit the model's {limit} positions", f"use half_len <= {(limit - prefix) // 2}")
+    ids, device, per = repeat_batch(net.config.vocab_size, n_seqs, half_len, seed, bos), next(net.parameters()).device, []
+    with eager_attention(model), torch.no_grad():
+        for i in range(0, n_seqs, batch_size):
+            att = getattr(net(input_ids=ids[i:i + batch_size].to(device), output_attentions=True), 'attentions', None)
+            if not att or any(a is None for a in att):
+                raise NlEmbryoError(f"{type(net).__name__} returned no attention weights", "use eager attention: nl_embryo.models.set_attention(model, 'eager')")
+            per.append(repeat_scores(torch.stack([a.detach().float().cpu() for a in att], 1), half_len, prefix))   # sequences × layers × heads
+    chance, rows = repeat_chance(half_len, prefix), []
+    v = {p: torch.cat([b[p] for b in per]).double().numpy() for p in CAUSAL_PATTERNS}
+    for l, h in np.ndindex(v[CAUSAL_PATTERNS[0]].shape[1:]):
+        for p in CAUSAL_PATTERNS:
+            est, lo, hi = cluster_bootstrap(v[p][:, l, h], seed=seed)
+            rows.append(dict(layer=l + 1, head=h + 1, pattern=p, value=est, lo=lo, hi=hi, chance=chance[p], n_seqs=n_seqs))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/08_attention.ipynb #fded6703
+INDUCTION_OPTIONS = dict(n_seqs=64, half_len=24, seed=0)   # the repeated random sequences of a causal model's scores in `attention_tables`
+
+def induction_rows(model,                  # a causal LM (`is_causal`)
+                   max_tokens: int = 128,  # the longest input: `half_len` is shortened to fit it and the model's positions
+                  ) -> pd.DataFrame:       # scores-table rows: `induction_scores` with `table`, `n_sentences` (the sequences) and `n_tokens`
+    "A causal model's induction and previous-token rows of the scores in `attention_tables`: `induction_scores` with `INDUCTION_OPTIONS` (`half_len` fitted to `max_tokens` and the model's positions)."
+    limit = min(max_tokens, max_positions(_encoder(model).config, default=max_tokens))
+    o = {**INDUCTION_OPTIONS, 'half_len': min(INDUCTION_OPTIONS['half_len'], (limit - 1) // 2)}
+    d = induction_scores(model, **o)
+    return d.drop(columns='n_seqs').assign(table='scores', n_sentences=o['n_seqs'], n_tokens=o['n_seqs'] * (1 + 2 * o['half_len']))
 
 # %% ../nbs/08_attention.ipynb #64005de2
 def attention_tables(model,                   # a transformers model or an `ElectraPair` (its discriminator is read)
@@ -276,7 +368,7 @@ def attention_tables(model,                   # a transformers model or an `Elec
                      threshold: float = HEAD_CLASS_THRESHOLD,  # the head-class threshold (`classify_heads`)
                      progress: bool = False,  # show a progress bar over the batches
                     ) -> pd.DataFrame:        # scores and maps in one tidy frame, told apart by its `table` column
-    "Pattern scores and average (and example) maps of every head over `sentences`, in one streamed pass; a tidy frame with a `table` column (`scores` or `maps`)."
+    "Pattern scores and average (and example) maps of every head over `sentences`, in one streamed pass (a causal model: also `induction_rows`); a tidy frame with a `table` column (`scores` or `maps`)."
     sents = as_sentences(sentences)
     cfg = _encoder(model).config
     stats = AttentionStats(cfg.num_hidden_layers, cfg.num_attention_heads, map_len, examples=range(min(n_examples, len(sents))))
@@ -289,6 +381,7 @@ def attention_tables(model,                   # a transformers model or an `Elec
     scores = pd.DataFrame({'table': 'scores', 'layer': li + 1, 'head': h_ + 1, 'pattern': np.array(PATTERNS)[pi],
                            'value': sc.reshape(-1), 'lo': lo.reshape(-1), 'hi': hi.reshape(-1),
                            'n_sentences': stats.n_sentences, 'n_tokens': stats.n_tokens})
+    if is_causal(model): scores = pd.concat([scores, induction_rows(model, max_tokens)], ignore_index=True)   # induction and previous-token scores
     scores = scores.merge(classify_heads(scores, threshold), on=['layer', 'head'])
     frames = [scores]
     toks = tokenizer.convert_ids_to_tokens
@@ -303,7 +396,7 @@ def attention_tables(model,                   # a transformers model or an `Elec
     return out
 
 # %% ../nbs/08_attention.ipynb #c83ae1f4
-SCORE_COLUMNS = ['layer', 'head', 'pattern', 'value', 'lo', 'hi', 'head_class', 'class_score', 'diagonal_side', 'n_sentences', 'n_tokens']
+SCORE_COLUMNS = ['layer', 'head', 'pattern', 'value', 'lo', 'hi', 'head_class', 'class_score', 'diagonal_side', 'n_sentences', 'n_tokens', 'chance']   # chance: causal rows only
 MAP_COLUMNS = ['layer', 'head', 'sentence', 'query', 'key', 'value', 'query_token', 'key_token']
 
 def split_tables(tables: pd.DataFrame,  # an `attention_tables` frame (with `step` when it came from `Run.map`)
@@ -482,7 +575,8 @@ def attention_map_chart(maps: pd.DataFrame,        # a maps table (`split_tables
 
 # %% ../nbs/08_attention.ipynb #f4282290
 PATTERN_TITLES = {'self': 'self (diagonal)', 'prev': 'previous token', 'next': 'next token', 'cls': '[CLS]', 'sep': '[SEP]',
-                  'punct': 'punctuation', 'entropy': 'entropy (nats)', 'entropy_norm': 'entropy / log n'}
+                  'punct': 'punctuation', 'entropy': 'entropy (nats)', 'entropy_norm': 'entropy / log n',
+                  'induction': 'induction (random tokens, repeated)', 'prev_random': 'previous token (random tokens)'}
 MEAN_PATTERNS = ('entropy', 'entropy_norm')   # drawn as the mean over a layer's heads, what the phases read (`attention_phases`)
 
 def pattern_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` column
@@ -531,11 +625,12 @@ def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` colu
                       layer: int,            # the head's layer (from 1)
                       head: int,             # the head (from 1)
                       step=None,             # the step to mark with a rule (None: no rule)
-                      patterns=('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy_norm'),  # the patterns to draw, a line each
+                      patterns=None,         # the patterns to draw, a line each (None: self, prev, next, cls, sep, punct, entropy_norm, and the causal scores the frame has)
                       title: str | None = None,  # the chart's title (None: one naming the head)
                      ):
     "One head's pattern scores over steps, with a rule at `step`."
     import altair as alt
+    if patterns is None: patterns = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy_norm') + tuple(p for p in CAUSAL_PATTERNS if (scores['pattern'] == p).any())
     d = scores[(scores['layer'] == layer) & (scores['head'] == head) & scores['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for layer {layer}, head {head}", "choose a layer and head the scores hold (numbered from 1)")
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))[['step', 'pattern', 'value']]
@@ -547,6 +642,40 @@ def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` colu
     layers = [lines]
     if step is not None: layers.append(alt.Chart(_data(pd.DataFrame({'step': [step]}))).mark_rule(color='black', strokeDash=[4, 3]).encode(x=x))
     return alt.layer(*layers).properties(width=300, height=200, title=title or f"layer {layer}, head {head}: pattern scores")
+
+# %% ../nbs/08_attention.ipynb #96cec4d4
+def causal_scores_chart(scores: pd.DataFrame,      # a causal run's scores table with `step` (`induction` and `prev_random` rows)
+                        over_chance: float = 2.0,  # the dashed rule: this many times the chance level (the bar of `causal_head_phases`)
+                        title: str | None = None,  # the chart's title (None: one that says what is drawn)
+                       ):
+    "Induction and previous-token scores (on repeated random tokens) over steps: per layer its strongest head with a 95% band; dotted: the chance level, dashed: `over_chance` × chance."
+    import altair as alt
+    d = scores[scores['pattern'].isin(CAUSAL_PATTERNS)]
+    if d.empty: raise NlEmbryoError("the scores table has no induction or previous-token scores", "use the attention table of a causal run (is_causal)")
+    keys = ['step', 'layer', 'pattern']
+    d = d.loc[d.groupby(keys)['value'].idxmax(), keys + ['head', 'value', 'lo', 'hi', 'chance']]
+    d = d.assign(bar=over_chance * d['chance'], pattern=d['pattern'].map(PATTERN_TITLES))
+    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'), legend=line_legend())
+    tip = ['step:Q', 'layer:O', 'head:O'] + [alt.Tooltip(f'{c}:Q', format='.3f') for c in ('value', 'lo', 'hi', 'chance')]
+    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=color, tooltip=tip)
+    rule = lambda c, dash: alt.Chart().mark_rule(color='gray', strokeDash=dash).encode(y=alt.Y(f'mean({c}):Q', title=None))
+    return alt.layer(interval_band(x, color=color, opacity=0.15), line, rule('chance', [1, 2]), rule('bar', [5, 3]), data=_data(d)).properties(
+        width=260, height=150).facet(facet=alt.Facet('pattern:N', sort=[PATTERN_TITLES[p] for p in CAUSAL_PATTERNS], title=None), columns=2
+        ).resolve_scale(y='independent').properties(title=title or "induction and previous-token scores on repeated random tokens "
+                                                     f"(strongest head of each layer, 95% band; dotted: chance, dashed: {over_chance:g} x chance)")
+
+# %% ../nbs/08_attention.ipynb #954504b7
+def best_causal_heads(scores: pd.DataFrame,  # a causal run's scores table (with or without `step`)
+                      step=None,             # the step (None: the last)
+                      n: int = 3,            # heads per score
+                     ) -> pd.DataFrame:      # per score its `n` highest heads: `pattern`, `layer`, `head`, `value`, `lo`, `hi`, `chance`
+    "The `n` heads with the highest induction and previous-token scores at `step` (None: the last), with their 95% intervals and chance levels."
+    d, _ = _select_step(scores, step)
+    d = d[d['pattern'].isin(CAUSAL_PATTERNS)]
+    if d.empty: raise NlEmbryoError("the scores table has no induction or previous-token scores", "use the attention table of a causal run (is_causal)")
+    d = d.sort_values('value', ascending=False).groupby('pattern', sort=False).head(n)
+    cols = [c for c in ('step', 'pattern', 'layer', 'head', 'value', 'lo', 'hi', 'chance') if c in d]
+    return d.sort_values(['pattern', 'value'], ascending=[True, False])[cols].reset_index(drop=True)
 
 # %% ../nbs/08_attention.ipynb #557935df
 def pattern_emergence(scores: pd.DataFrame,               # a scores table with a `step` column
@@ -637,12 +766,13 @@ def attention_split(rows: pd.DataFrame,  # the rows of `attention_checkpoint` ov
 
 # %% ../nbs/08_attention.ipynb #6d653caf
 def attention_charts(tables: dict,  # the analysis tables: `attention` (the scores) and `attention_maps`
-                    ) -> dict:      # the charts by name: `attention_patterns`, `attention_grid`, `attention_head`
-    "The saved charts: pattern scores over steps, the grid of heads at the last step, the most diagonal head across steps."
+                    ) -> dict:      # the charts by name: `attention_patterns`, `attention_grid`, `attention_head` (and `attention_induction` on a causal run)
+    "The saved charts: pattern scores over steps, the grid of heads at the last step, the most diagonal head across steps; on a causal run, the induction and previous-token scores over steps."
     scores, maps = tables['attention'], tables['attention_maps']
     layer, head = strongest_head(scores)
+    causal = {'attention_induction': causal_scores_chart(scores)} if scores['pattern'].isin(CAUSAL_PATTERNS).any() else {}
     return dict(attention_patterns=pattern_scores_chart(scores), attention_grid=attention_grid_chart(maps),
-                attention_head=head_timeline_chart(maps, layer, head))
+                attention_head=head_timeline_chart(maps, layer, head), **causal)
 
 # %% ../nbs/08_attention.ipynb #2b8f9f4e
 def attention_files(run,           # the run: the GIF goes to its analysis folder (`run.chart_path`)
@@ -654,11 +784,17 @@ def attention_files(run,           # the run: the GIF goes to its analysis folde
 # %% ../nbs/08_attention.ipynb #16884c1c
 def attention_section(run,           # the run (unused: the section is drawn from `tables`)
                       tables: dict,  # the analysis tables: `attention` (the scores) and `attention_maps`
-                     ) -> list:      # the section's items in order: texts, charts, a table and PNG images
-    "Attention in a report: pattern scores over steps, the emergence of diagonal heads, head classes, the grid and the strongest head."
+                     ) -> list:      # the section's items in order: texts, charts, tables and PNG images
+    "Attention in a report: pattern scores over steps, on a causal run induction and previous-token scores, the emergence of diagonal heads, head classes, the grid and the strongest head."
     scores, maps = tables['attention'], tables['attention_maps']
     last = int(scores['step'].max())
     layer, head = strongest_head(scores)
+    causal = [] if not scores['pattern'].isin(CAUSAL_PATTERNS).any() else [
+        "A causal model: each head's induction score (Olsson et al. 2022: attention from a token to the token right after its "
+        "previous occurrence) and previous-token score, on random token sequences repeated twice "
+        f"({int(scores.loc[scores['pattern'] == 'induction', 'n_sentences'].iloc[0])} sequences; 95% intervals over them). "
+        "Dotted: the chance level (attention spread evenly over the tokens so far); dashed: twice it, the bar of the onsets.",
+        causal_scores_chart(scores), best_causal_heads(scores)]
     return [
         "Each head's attention, averaged over a fixed set of Brown sentences aligned by position (paper 002, Fig. 4), and its "
         "pattern scores (Clark et al. 2019): the share of attention on the token itself, the previous and the next token, "
@@ -666,7 +802,7 @@ def attention_section(run,           # the run (unused: the section is drawn fro
         f"{scores['layer'].nunique()} layers x {scores['head'].nunique()} heads, {int(scores['n_sentences'].iloc[0])} sentences). "
         "Lines show the highest score among the heads of each layer; for the entropy, the mean over its heads (the "
         "quantity the phases read: the mean normalised entropy of the heads).",
-        pattern_scores_chart(scores),
+        pattern_scores_chart(scores), *causal,
         "When does a layer get a head whose attention sits on the diagonal band (self + previous + next token)? `first_step` is "
         "the first checkpoint at which one head puts half its attention there (empty: not yet).",
         pattern_emergence(scores),
@@ -677,14 +813,35 @@ def attention_section(run,           # the run (unused: the section is drawn fro
         chart_png(head_timeline_chart(maps, layer, head)),
     ]
 
+# %% ../nbs/08_attention.ipynb #4cf13f35
+CAUSAL_PHASES = {'induction': 'induction-head onset', 'prev_random': 'previous-token-head onset (random tokens)'}   # phase names of `causal_head_phases`
+
+def causal_head_phases(scores: pd.DataFrame,      # an attention scores table with `step` (a causal run's has `induction` and `prev_random` rows)
+                       over_chance: float = 2.0,  # the bar: this many times the score's chance level (`repeat_chance`)
+                      ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`); none without causal scores
+    "When some head's induction (previous-token) score on repeated random tokens first had its 95% interval's lower end at `over_chance` × its chance level or above."
+    rows = []
+    for pattern, name in CAUSAL_PHASES.items():
+        d = scores[scores['pattern'] == pattern]
+        if d.empty: continue
+        best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
+        step, step_lo = first_clearing(best['step'], best['lo'] >= over_chance * best['chance'])
+        r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
+        rows.append(dict(phase=name, step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
+                         reference=over_chance * float(r['chance']), source='attention',
+                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}: score {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
+                                f"bar {over_chance:g} x chance {r['chance']:.3f}" + ('' if step is not None else f": not yet by step {step_lo}")))
+    return rows
+
 # %% ../nbs/08_attention.ipynb #df7f3ddb
-def attention_phases(run,                 # a `Run` with an attention table
-                     threshold: float = 0.5, # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head
-                    ) -> list[dict]:      # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
-    "When the heads' mean attention entropy dropped, and when the first previous- and next-token heads appeared (intervals clearing their bars)."
+def attention_phases(run,                       # a `Run` with an attention table
+                     threshold: float = 0.5,    # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head
+                     over_chance: float = 2.0,  # causal runs: the bar of `causal_head_phases`, this many times the chance level
+                    ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
+    "When the heads' mean attention entropy dropped, when the first previous- and next-token heads appeared (intervals clearing their bars), and on a causal run the induction- and previous-token-head onsets (`causal_head_phases`)."
     scores = run.table('attention') if run.has_table('attention') else None
     if scores is None or scores.empty: return []
-    rows = []
+    rows, causal = [], (scores['pattern'] == 'induction').any()
     ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')[['value', 'lo', 'hi']].mean().sort_index()
     if len(ent) > 1:
         bar = 0.9 * ent['value'].iloc[0]
@@ -694,7 +851,7 @@ def attention_phases(run,                 # a `Run` with an attention table
                          reference=float(ent['value'].iloc[0]), source='attention',
                          detail=f"mean normalised entropy of the heads, its interval below 90% of the step-{int(ent.index[0])} value ({bar:.3f})"
                                 + ('' if step is not None else ': not yet')))
-    for pattern, name in [('prev', 'first previous-token head'), ('next', 'first next-token head')]:
+    for pattern, name in [('prev', 'first previous-token head')] + ([] if causal else [('next', 'first next-token head')]):   # causal: no head sees the next token
         d = scores[scores['pattern'] == pattern]
         if d.empty: continue
         best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
@@ -703,8 +860,7 @@ def attention_phases(run,                 # a `Run` with an attention table
         rows.append(dict(phase=name, step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=threshold,
                          source='attention', detail=f"layer {int(r['layer'])}, head {int(r['head'])}" + (
                              f": share {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if step is not None else f": best share {r['value']:.2f} at the last step")))
-    return rows
-
+    return rows + causal_head_phases(scores, over_chance)
 
 # %% ../nbs/08_attention.ipynb #3741234b
 ATTENTION = register(Analysis(

@@ -69,9 +69,9 @@ def _pretrain(args):
 
 # %% ../nbs/15_cli.ipynb #d58a331f
 def _demo(args):
-    from nl_embryo.demo import run_demo
-    overrides = {k: v for k, v in dict(preset=args.preset, steps=args.steps).items() if v is not None}
-    run_demo(args.out, analysis_steps=None if args.no_analyses else args.analysis_steps, spread=args.analysis_spread, **overrides)
+    from nl_embryo.demo import demo_out, run_demo
+    overrides = {k: v for k, v in dict(preset=args.preset, steps=args.steps, arch=args.arch).items() if v is not None}
+    run_demo(args.out or demo_out(args.arch or 'bert'), analysis_steps=None if args.no_analyses else args.analysis_steps, spread=args.analysis_spread, **overrides)
 
 # %% ../nbs/15_cli.ipynb #a0dcbac4
 def _parse_steps(text: str | None) -> list[int] | None:
@@ -322,12 +322,15 @@ def make_parser() -> argparse.ArgumentParser:
     from nl_embryo.batch import add_sweep_parser
     add_sweep_parser(sub)
 
+    from nl_embryo.models import ARCHS
     from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS, DEMO_SPREAD, SPREADS
     d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report',
                        description='The main job: fetch the data it reads, pre-train the tiny2 BERT on English with a timeline of checkpoints '
                                    '(resuming a demo already in --out), run the registered analyses on --analysis-steps of them and write '
                                    'report.ipynb and report.html into the run folder; prints the three checks.')
-    d.add_argument('--out', default='runs/demo', help='the run folder (the report is written into it)')
+    d.add_argument('--out', default=None, help='the run folder (the report is written into it; default runs/demo, or runs/demo-ARCH for another --arch)')
+    d.add_argument('--arch', default=None, choices=ARCHS,
+                   help=f"the architecture (default {DEMO_DEFAULTS['arch']}; gpt-neox, gpt2 or llama: a causal embryo, with previous-token and induction heads)")
     d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
                    help=f"model size (default {DEMO_DEFAULTS['preset']}; tiny: twice its depth, ~7 minutes on 2 cores; small or base: a larger study on a GPU server)")
     d.add_argument('--steps', type=int, default=None, help=f"optimizer steps (default: the preset's, {DEMO_DEFAULTS['steps']} for {DEMO_DEFAULTS['preset']})")

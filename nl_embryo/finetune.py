@@ -19,7 +19,7 @@ from .registry import Analysis, analyze, register
 from .stats import t_interval, verdict, welch_interval
 from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
-from .models import is_pair, quiet_transformers, mlm_head, max_positions
+from .models import is_causal, is_pair, quiet_transformers, mlm_head, max_positions
 from .pretrain import make_optimizer, lr_at, batch_rows
 from .tasks import Task, load_task, score, SPLITS, SUITE, TASKS
 from .corpora import load_corpus
@@ -95,7 +95,11 @@ def with_head(model,                            # a transformers model (masked L
     with quiet_transformers():
         try: head = auto.from_config(cfg)
         except ValueError as e:
-            raise NlEmbryoError(f"transformers has no {auto.__name__[12:]} model for {type(base).__name__} ({cfg.model_type}): {e}",
+            if is_causal(base):
+                raise NlEmbryoError(f"task {task.name!r} needs a {auto.__name__[12:]} head, which transformers does not have for the causal "
+                                    f"{type(base).__name__} ({cfg.model_type})", "fine-tune a causal model on the classification and "
+                                    "tagging tasks (e.g. sentiment, brown-pos, next-sentence), or this task on a masked model") from None
+            raise NlEmbryoError(f"transformers has no {auto.__name__[12:]} model for {type(base).__name__} ({cfg.model_type}): {str(e).splitlines()[0]}",
                                 "fine-tune a BERT, RoBERTa, ALBERT or ELECTRA model") from None
     missing, unexpected = head.base_model.load_state_dict(base.base_model.state_dict(), strict=False)
     missing = [k for k in missing if not k.startswith('pooler.')]

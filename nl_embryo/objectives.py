@@ -9,14 +9,14 @@ import torch.nn.functional as F
 
 from .core import NlEmbryoError
 from .corpora import SPECIAL_TOKENS
-from .models import mlm_head, split_mlm_head
+from .models import lm_head, mlm_head, split_mlm_head
 
 # %% auto #0
-__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_PROB', 'PLATEAU_MARGIN', 'MASK_SPLIT',
-           'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT', 'OBJECTIVES', 'step_generator', 'parse_mask_split',
+__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_PROB', 'EVAL_LOSSES', 'PLATEAU_MARGIN',
+           'MASK_SPLIT', 'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT', 'OBJECTIVES', 'step_generator', 'parse_mask_split',
            'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
            'masked_ce', 'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective',
-           'linear_logsumexp', 'script_log_z']
+           'linear_logsumexp', 'script_log_z', 'clm_objective']
 
 # %% ../nbs/04a_objectives.ipynb #c2c9bf18
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -31,6 +31,7 @@ def step_generator(seed: int,           # the run's seed
 
 # %% ../nbs/04a_objectives.ipynb #7e5b9e00
 MASK_PROB = 0.15               # BERT: the share of tokens selected for prediction; every `mask_prob` default reads it
+EVAL_LOSSES = ('eval_mlm_loss', 'eval_clm_loss')   # a run's held-out LM loss in its metrics: masked (MLM) or next-token (CLM)
 PLATEAU_MARGIN = 0.1           # nats below the unigram entropy that count as having left the unigram plateau
 MASK_SPLIT = (0.8, 0.1, 0.1)   # BERT: of the selected tokens, 80% become [MASK], 10% a random token, 10% stay
 # The eval batches [MASK] every selected token: with 80/10/10, 10% of the scored positions show their own token, which a
@@ -254,5 +255,19 @@ def script_log_z(model,               # a transformers `*ForMaskedLM` model
     x = features(hidden).flatten(0, 1)                                            # (B*T, E)
     return linear_logsumexp(x, decoder).view(input_ids.shape)
 
+# %% ../nbs/04a_objectives.ipynb #f626bf18
+def clm_objective(model,     # a transformers causal LM (`build_model('gpt-neox')`, `'gpt2'`, `'llama'`)
+                  ids,       # a batch of token ids, (B, T)
+                  g=None,    # the step's random generator: unused (the next-token loss draws nothing)
+                  **kwargs,  # the other objectives' options, ignored
+                 ):          # dict: `loss`, `clm_loss`, `clm_acc`, `n_predicted`
+    """Next-token cross-entropy of a causal LM: every position predicts the token after it. Special tokens are never a
+    target (as they are never masked), so the loss compares with the same unigram baseline as MLM's."""
+    target = ids[:, 1:]
+    keep = target >= N_SPECIAL
+    hidden = model.base_model(input_ids=ids).last_hidden_state[:, :-1]
+    loss, acc = masked_ce(lm_head(model)(hidden[keep]), target[keep])
+    return dict(loss=loss, clm_loss=loss.detach(), clm_acc=acc, n_predicted=int(keep.sum()))
+
 # %% ../nbs/04a_objectives.ipynb #a140faeb
-OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective}
+OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective, 'clm': clm_objective}

@@ -20,9 +20,10 @@ from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_te
                             is_disk_full, native_bf16, sha256_file, check_writable)
 from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, load_corpus, tokenizer_dir
 from .data import fetch, is_fetched
-from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, POSITION_INITS, is_pair,
+from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, PAIR_ARCHS, CAUSAL_ARCHS,
+                              POSITION_INITS, is_pair,
                               split_mlm_head, build_model, check_tokenizer_matches, set_attention, count_parameters, training_flops)
-from .objectives import (EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
+from .objectives import (EVAL_LOSSES, EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
                                   parse_mask_split, step_generator, word_start_table)
 from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model, optimizer_from_safetensors,
                                    remove_interrupted_saves, save_checkpoint, verify_checkpoint)
@@ -231,6 +232,23 @@ def check_config(cfg: PretrainConfig,  # the options as given (before `resolved`
     if cfg.device: get_device(cfg.device)     # an unknown device, or CUDA on a machine without it, is named
 
 
+# %% ../nbs/04_pretrain.ipynb #c393e407
+def _causal_fill(cfg, filled: dict) -> dict:
+    """What a causal arch changes in the options a recipe filled in: no causal output layer has a bias, so the unigram output
+    bias is left at 'zero' (refused when asked for); only gpt2 has a position table, so the rotary models start 'random'."""
+    out = {}
+    if filled['output_bias'] == 'unigram':
+        if cfg.output_bias == 'unigram':
+            raise NlEmbryoError(f"--output-bias unigram: the output layer of {cfg.arch} has no bias, so it cannot start at the unigram distribution",
+                                "leave --output-bias out (or pass zero) with a causal model: it starts at a uniform next-token distribution")
+        out['output_bias'] = 'zero'
+    if filled['position_init'] == 'sinusoidal' and cfg.arch != 'gpt2':
+        if cfg.position_init == 'sinusoidal':
+            raise NlEmbryoError(f"--position-init sinusoidal: {cfg.arch} has rotary positions, with no position table to initialise",
+                                "leave --position-init out with gpt-neox and llama (gpt2 has a learned table)")
+        out['position_init'] = 'random'
+    return out
+
 # %% ../nbs/04_pretrain.ipynb #c9f9b79e
 @patch
 def resolved(self: PretrainConfig) -> 'PretrainConfig':
@@ -240,16 +258,17 @@ def resolved(self: PretrainConfig) -> 'PretrainConfig':
     if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
     obj = self.objective or ARCHITECTURES[self.arch].objective
     if obj not in OBJECTIVES: raise NlEmbryoError(f"unknown objective {obj!r}", f"choose one of: {', '.join(OBJECTIVES)}")
-    pair = self.arch in ('electra', 'ale')
-    if (obj == 'electra') != pair:
+    pair, causal = self.arch in PAIR_ARCHS, self.arch in CAUSAL_ARCHS
+    if (obj == 'electra') != pair or (obj == 'clm') != causal:
         raise NlEmbryoError(f"objective {obj!r} does not fit architecture {self.arch!r}",
-                            "use --objective electra with --arch electra or ale, and mlm or script with the others")
+                            f"use --objective electra with --arch electra or ale, clm with {', '.join(CAUSAL_ARCHS)}, and mlm or script with the others")
     if self.preset not in PRESETS: raise NlEmbryoError(f"unknown preset {self.preset!r}", f"choose one of: {', '.join(PRESETS)}")
     name = self.recipe or (self.preset if self.preset in RECIPES else 'bert')
     if name not in RECIPES: raise NlEmbryoError(f"unknown recipe {name!r}", f"choose one of: {', '.join(RECIPES)}")
     recipe = RECIPES[name]
     filled = {k: getattr(recipe, k) if getattr(self, k) is None else getattr(self, k) for k in RECIPE_FIELDS}
-    if self.norm is None and self.arch not in PRE_LN_ARCHS: filled['norm'] = 'post'    # no pre-LN class for this arch
+    if self.norm is None and self.arch not in PRE_LN_ARCHS: filled['norm'] = 'pre' if causal else 'post'   # the one norm this arch has
+    if causal: filled.update(_causal_fill(self, filled))
     if self.warmup is None and filled['schedule'] == 'triangle' and recipe.schedule != 'triangle': filled['warmup'] = 0.5
     if filled['norm'] not in NORMS: raise NlEmbryoError(f"unknown norm {filled['norm']!r}", f"choose one of: {', '.join(NORMS)}")
     if filled['schedule'] not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {filled['schedule']!r}", f"choose one of: {', '.join(SCHEDULES)}")
@@ -345,14 +364,17 @@ def unigram_entropy(eval_blocks,             # the corpus' eval blocks
                     seed: int,               # the eval seed: the masks are the eval's own (`step_generator(seed, -1 - i)`)
                     mask_prob: float = MASK_PROB, # fraction of the tokens masked, as in the eval
                     word_starts=None,        # the whole-word table (`word_start_table`) to mask whole words; None: single tokens
+                    causal: bool = False,    # score every next token that is not special (`clm_objective`'s targets), not masked ones
                    ) -> float:               # the mean per-batch loss in nats (nan when nothing is masked)
     """The MLM loss of the unigram predictor `log_probs` on a run's eval batches: the masked positions drawn exactly as
-    the eval draws them, averaged per batch as the eval loss is."""
+    the eval draws them, averaged per batch as the eval loss is. `causal=True`: the next-token loss of the unigram
+    predictor on the targets `clm_objective` scores (the masks do not apply)."""
     lp = torch.as_tensor(log_probs)
     per_batch = []
     for i, ids in enumerate(eval_batches(eval_blocks, n_batches, micro)):
         ids = torch.from_numpy(ids)
-        _, _, sel = mask_tokens(ids, len(lp), step_generator(seed, -1 - i), mask_prob, word_starts)
+        if causal: ids = ids[:, 1:]; sel = ids >= N_SPECIAL
+        else: _, _, sel = mask_tokens(ids, len(lp), step_generator(seed, -1 - i), mask_prob, word_starts)
         if sel.any(): per_batch.append(-float(lp[ids[sel]].double().mean()))
     return float(np.mean(per_batch)) if per_batch else float('nan')
 
@@ -445,7 +467,7 @@ def _evaluate(module, batches, seed, device, **override):
             for k, v in zip(vals, torch.stack([v.float() for v in vals.values()]).tolist()): stats.setdefault(k, []).append(v)
     module.train()
     out = {f"eval_{k}": float(np.mean(v)) for k, v in stats.items()}
-    for k in ('mlm_loss', 'mlm_acc'):             # a 95% t interval over the eval batches: the eval points' error bars
+    for k in ('mlm_loss', 'mlm_acc', 'clm_loss', 'clm_acc'):             # a 95% t interval over the eval batches: the eval points' error bars
         v = np.asarray(stats.get(k, []), float)
         if len(v) > 1:
             from scipy import stats as st
@@ -459,7 +481,8 @@ def _plateau_advice(cfg) -> str:
     knobs = [('norm', 'pre', '--norm pre'), ('output_bias', 'unigram', '--output-bias unigram'), ('mask_prob', 0.3, '--mask-prob 0.3'),
              ('dropout', 0.0, '--dropout 0'), ('schedule', 'triangle', '--schedule triangle'), ('position_init', 'sinusoidal', '--position-init sinusoidal')]
     tips = [f"{flag} (was {getattr(cfg, k)})" for k, good, flag in knobs
-            if getattr(cfg, k) != good and not (k == 'norm' and cfg.arch not in PRE_LN_ARCHS) and not (k == 'mask_prob' and cfg.mask_prob > good)]
+            if getattr(cfg, k) != good and not (k == 'norm' and cfg.arch not in PRE_LN_ARCHS) and not (k == 'mask_prob' and cfg.mask_prob > good)
+            and not (cfg.arch in CAUSAL_ARCHS and k in ('norm', 'output_bias', 'mask_prob', 'position_init'))]
     tips += [f"more --steps (was {cfg.steps})", f"another --lr (was {cfg.lr}: larger if the loss fell slowly, smaller if it jumped)"]
     if cfg.recipe == 'bert': tips.append(f"or the tuned recipe of the preset: --recipe {cfg.preset if cfg.preset in RECIPES else 'tiny'}")
     return ', '.join(tips)
@@ -547,7 +570,7 @@ def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
     ws = word_start_table(tok) if cfg.whole_word else None
     log_unigram = unigram_log_probs(train, len(tok))
     ev_batches = eval_batches(evalb, cfg.eval_batches, micro)
-    h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.eval_seed, cfg.eval_mask_prob, ws)
+    h_unigram = unigram_entropy(evalb, log_unigram, cfg.eval_batches, micro, cfg.eval_seed, cfg.eval_mask_prob, ws, causal=cfg.objective == 'clm')
     # a resumed run keeps the eval masks it started with, so that its curve stays one measurement
     eval_split = eval_split_of(old_info)
     return SimpleNamespace(corpus=corpus, tok=tok, train=train, ws=ws, log_unigram=log_unigram, eval_batches=ev_batches,
@@ -670,7 +693,7 @@ def _save(acc, run: Path, cfg, unit: int, raw, tok, optimizer, state: dict, step
 # %% ../nbs/04_pretrain.ipynb #7d2a3f2c
 def _log(acc, metrics_path: Path, h_unigram: float, row: dict) -> None:
     "Append the metrics `row` (adding `eval_below_unigram` where it has an eval loss) as one JSON line; a full disk is named."
-    if 'eval_mlm_loss' in row: row['eval_below_unigram'] = h_unigram - row['eval_mlm_loss']
+    if k := next((k for k in EVAL_LOSSES if k in row), None): row['eval_below_unigram'] = h_unigram - row[k]
     if acc.is_main_process:
         try:
             with open(metrics_path, 'a') as f: f.write(json.dumps(row) + '\n')
@@ -715,9 +738,10 @@ def _check_finite(loss: float, gnorm: float, step: int, last_good: int, run: Pat
 def _finish_run(cfg, run: Path, acc, metrics_path: Path, h_unigram: float) -> None:
     "Remove interrupted saves; warn (naming the caller of `pretrain`) when the final eval loss is not `PLATEAU_MARGIN` below `h_unigram`."
     if acc.is_main_process: remove_interrupted_saves(run)
-    final = next((r for r in reversed(_read_metrics(metrics_path)) if 'eval_mlm_loss' in r), None)
+    final = next((r for r in reversed(_read_metrics(metrics_path)) if any(k in r for k in EVAL_LOSSES)), None)
     if acc.is_main_process and final is not None and final['step'] == cfg.steps and final['eval_below_unigram'] < PLATEAU_MARGIN:
-        warnings.warn(f"{run} ended on the unigram plateau: its held-out MLM loss {final['eval_mlm_loss']:.3f} is not "
+        k = next(k for k in EVAL_LOSSES if k in final)
+        warnings.warn(f"{run} ended on the unigram plateau: its held-out {'next-token' if k == 'eval_clm_loss' else 'MLM'} loss {final[k]:.3f} is not "
                       f"{PLATEAU_MARGIN} nat below the corpus' unigram entropy {h_unigram:.3f}, so the model predicts token "
                       f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=3)
 

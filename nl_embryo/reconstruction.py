@@ -19,13 +19,14 @@ from .timeline import Run, first_clearing
 from .words import align_words, max_input_length, token_batches, words_frame
 from .data import brown_base_tag, brown_verb_form, load_brown_tagged
 from .splits import eval_sentence_ids
-from .models import mlm_head, SizePreset, build_model, max_positions
+from .models import is_causal, lm_head, mlm_head, SizePreset, build_model, max_positions
 
 # %% auto #0
 __all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION', 'RECONSTRUCTION',
-           'pos_class', 'bin_label', 'reconstruction_data', 'word_correctness', 'accuracy_by_group',
-           'reconstruction_checkpoint', 'train_copy_model', 'rescale_by_final', 'reconstruction_inputs',
-           'reconstruction_chart', 'reconstruction_charts', 'prediction_phases', 'reconstruction_section']
+           'pos_class', 'bin_label', 'reconstruction_data', 'word_correctness', 'accuracy_by_group', 'prediction_kind',
+           'with_prediction_kind', 'reconstruction_checkpoint', 'train_copy_model', 'next_word_correctness',
+           'rescale_by_final', 'reconstruction_inputs', 'reconstruction_chart', 'reconstruction_charts',
+           'prediction_phases', 'reconstruction_section']
 
 # %% ../nbs/07_reconstruction.ipynb #3f08d6bb
 POS_CLASSES = {
@@ -129,7 +130,7 @@ def _all_pieces_correct(word_of_piece: np.ndarray, piece_ok: np.ndarray, n_words
 
 # %% ../nbs/07_reconstruction.ipynb #132f5824
 def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], pad: int, batch_tokens: int, device) -> list[np.ndarray]:
-    "Top prediction of the MLM head at `positions[i]` of each sequence `seqs[i]`."
+    "Top prediction of `head` (an MLM head, or a causal LM's output layer) at `positions[i]` of each sequence `seqs[i]`."
     base = getattr(model, 'base_model', model)
     lengths = np.array([len(s) for s in seqs])
     out = [None] * len(seqs)
@@ -148,13 +149,15 @@ def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], p
     return out
 
 # %% ../nbs/07_reconstruction.ipynb #48ee35c8
-def word_correctness(model,                              # a masked LM: its MLM head's predictions are read
-                     tokenizer,                          # its fast tokenizer, with a [MASK] token
+def word_correctness(model,                              # a masked LM (its MLM head is read), or a causal LM (`next_word_correctness`)
+                     tokenizer,                          # its fast tokenizer, with a [MASK] token (for a masked LM)
                      data: dict,                         # the evaluation words: `reconstruction_data()`
                      mask_fraction: float | None = None, # the share of a sentence's words masked per copy; None: one word per copy
                      batch_tokens: int = 8192,           # the most padded tokens per forward batch
                     ) -> pd.DataFrame:                   # the words, with `aligned`, `evaluated`, `reconstructed`, `predicted`
-    "The words of `data` with `aligned`, `reconstructed` and `predicted` (bool) for each evaluated word (see above)."
+    """The words of `data` with `aligned`, `reconstructed` and `predicted` (bool) for each evaluated word (see above); for
+    a causal LM, `next_word_correctness` (no `reconstructed`: `mask_fraction` is not read)."""
+    if is_causal(model): return next_word_correctness(model, tokenizer, data, batch_tokens)
     head = _masked_lm_head(model)
     device = next(model.parameters()).device
     texts, words = data['texts'], data['words']
@@ -208,19 +211,33 @@ def accuracy_by_group(words: pd.DataFrame, # the output of `word_correctness`
                       seed: int = 0,       # seed of the bootstrap
                      ) -> pd.DataFrame:    # the tidy accuracies
     """Tidy accuracies of `word_correctness` output: task, layer, grouping, group, metric, value, `lo`, `hi` (a 95%
-    interval, bootstrap over sentences), n. A group with fewer than `min_words` evaluated words gets no value (NaN): it
-    is left out of the results."""
+    interval, bootstrap over sentences), n, `prediction` ('masked'; 'next-word' for words without `reconstructed`: a
+    causal model's, whose rows are prediction rows only). A group with fewer than `min_words` evaluated words gets no
+    value (NaN): it is left out of the results."""
     w = words[words['evaluated']]
+    kind = 'masked' if 'reconstructed' in words else 'next-word'
     rows = []
-    for task, col in [('reconstruction', 'reconstructed'), ('prediction', 'predicted')]:
+    for task, col in [(t, c) for t, c in [('reconstruction', 'reconstructed'), ('prediction', 'predicted')] if c in words]:
         groups = [('all', 'all', w)]
         groups += [('pos', c, w[w['pos_class'] == c]) for c in POS_CLASSES]
         groups += [('verb_form', f, w[w['verb_form'] == f]) for f in VERB_FORMS]
         groups += [('frequency', b, w[w['freq_bin'] == b]) for b in sorted(set(w['freq_bin']) - {''}, key=lambda s: int(s.split('–')[0]))]
         for grouping, g, sub in groups:
             est, lo, hi = cluster_bootstrap(sub[col].to_numpy(), clusters=sub['sent'].to_numpy(), seed=seed) if len(sub) >= max(1, min_words) else (np.nan,) * 3
-            rows.append(dict(task=task, layer=layer, grouping=grouping, group=g, metric='accuracy', value=est, lo=lo, hi=hi, n=len(sub)))
+            rows.append(dict(task=task, layer=layer, grouping=grouping, group=g, metric='accuracy', value=est, lo=lo, hi=hi, n=len(sub), prediction=kind))
     return pd.DataFrame(rows)
+
+# %% ../nbs/07_reconstruction.ipynb #c29e9625
+def prediction_kind(df: pd.DataFrame, # reconstruction rows (one run's)
+                   ) -> str:          # 'next-word' or 'masked'
+    "'next-word' when the rows are a causal run's next-word prediction, else 'masked' (also for tables written before the `prediction` column)."
+    return 'next-word' if 'prediction' in df and (df['prediction'] == 'next-word').any() else 'masked'
+
+def with_prediction_kind(rows: pd.DataFrame, # the rows of `reconstruction_checkpoint` (cached ones may lack `prediction`)
+                        ) -> dict:           # {'reconstruction': the rows, each with its `prediction`}
+    "The analysis's tables: `rows`, their `prediction` filled with 'masked' where missing (rows of code before causal runs)."
+    kind = rows['prediction'].fillna('masked') if 'prediction' in rows else 'masked'
+    return {'reconstruction': rows.assign(prediction=kind)}
 
 # %% ../nbs/07_reconstruction.ipynb #08cdb092
 def reconstruction_checkpoint(model,                                 # a masked LM: its MLM head's predictions are read
@@ -268,6 +285,31 @@ def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
         if acc < 1: warnings.warn(f"the copy model reproduces {acc:.1%} of the pieces after {max_steps} steps; raise max_steps or lower lr")
     return model.eval()
 
+# %% ../nbs/07_reconstruction.ipynb #056e8874
+def next_word_correctness(model,                    # a causal LM: its output layer's (`lm_head`) next-token predictions are read
+                          tokenizer,                # its fast tokenizer
+                          data: dict,               # the evaluation words: `reconstruction_data()`
+                          batch_tokens: int = 8192, # the most padded tokens per forward batch
+                         ) -> pd.DataFrame:         # the words, with `aligned`, `evaluated`, `predicted`
+    """The words of `data` with `aligned`, `evaluated` and `predicted` (bool): whether the causal LM's top next-token
+    prediction at the position before an evaluated word's first piece (its left context only) is that piece."""
+    head = lm_head(model)
+    device = next(model.parameters()).device
+    texts, words = data['texts'], data['words']
+    al = align_words(tokenizer, texts, words, max_input_length(model, tokenizer))
+    target = words['target'].to_numpy() & (al.n_pieces > 0) & (al.first_piece > 0)     # a first piece with a left context
+    rows = np.flatnonzero(target)                                                      # words are sorted by sentence
+    bounds = np.searchsorted(words['sent'].to_numpy()[rows], np.arange(len(texts) + 1))
+    keep = [i for i in range(len(texts)) if bounds[i + 1] > bounds[i]]
+    first = [al.first_piece[rows[bounds[i]:bounds[i + 1]]] for i in keep]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pred = _predict(model, head, [al.input_ids[i] for i in keep], [f - 1 for f in first], pad, batch_tokens, device)
+    ok = np.zeros(len(words), bool)
+    for i, f, pr in zip(keep, first, pred): ok[rows[bounds[i]:bounds[i + 1]]] = pr == al.input_ids[i][f]
+    out = words.drop(columns=['start', 'end']).assign(aligned=al.n_pieces > 0, evaluated=target, predicted=ok)
+    out.attrs['n_sequences'] = dict(prediction=len(keep))
+    return out
+
 # %% ../nbs/07_reconstruction.ipynb #166d6463
 def rescale_by_final(df: pd.DataFrame, # reconstruction results over steps, with `metric='accuracy'` rows
                     ) -> pd.DataFrame:    # the accuracy rows, divided by their final value
@@ -290,7 +332,7 @@ def reconstruction_inputs(run,                              # the run (a `Run` o
                           max_sentence_words: int = 40,     # the longest sentence read, in words (lowered to fit the model's positions)
                          ) -> list[dict]:                   # one `reconstruction_data` dict
     "The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model."
-    positions = max_positions(Run.coerce(run).model_config(part=part_for(('mlm_head',), run)))
+    positions = max_positions(Run.coerce(run).model_config(part=part_for(('lm_head',), run)))
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
     return [reconstruction_data(per_group=per_group, seed=seed, max_sentence_words=max_sentence_words)]
 
@@ -300,8 +342,9 @@ def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over
                          rescaled: bool = False,    # divide each curve by its value at the last step (`rescale_by_final`)
                          title: str | None = None,  # the chart's title (default: from the grouping)
                         ):
-    "Reconstruction and prediction accuracy by group over steps (the shared step axis, step 0 included), one panel per task."
+    "Reconstruction and prediction accuracy by group over steps (the shared step axis, step 0 included), one panel per task (a causal run: prediction only)."
     import altair as alt
+    what = 'next-word prediction' if prediction_kind(df) == 'next-word' else 'token reconstruction and mask prediction'
     metric = 'accuracy_rescaled' if rescaled else 'accuracy'
     if rescaled and not (df['metric'] == metric).any(): df = rescale_by_final(df)
     d = interval_columns(df[(df['grouping'] == grouping) & (df['metric'] == metric)])[['step', 'task', 'group', 'value', 'lo', 'hi', 'n']]
@@ -314,39 +357,40 @@ def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over
         x=x, y=alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy'), color=color,
         tooltip=['task', 'group', 'step', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f'), 'n'])
     return alt.layer(band, line, data=d).properties(width=280, height=200).facet(column=alt.Column('task:N', sort=['reconstruction', 'prediction'], title=None)).properties(
-        title=title or f"token reconstruction and mask prediction by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}"
+        title=title or f"{what} by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}"
                        " — bands: 95% intervals")
 
 # %% ../nbs/07_reconstruction.ipynb #5057a3dc
 def reconstruction_charts(tables: dict, # the analysis tables: `'reconstruction'` holds the results
                          ) -> dict:     # chart name -> chart
-    "The saved charts: by part of speech (also rescaled), by verb form, by frequency."
+    "The saved charts: by part of speech (also rescaled, where a class's final accuracy is above 0), by verb form, by frequency."
     df = tables['reconstruction']
-    out = dict(reconstruction_pos=reconstruction_chart(df, 'pos'), reconstruction_pos_rescaled=reconstruction_chart(df, 'pos', rescaled=True),
-               reconstruction_verb_form=reconstruction_chart(df, 'verb_form'))
+    out = dict(reconstruction_pos=reconstruction_chart(df, 'pos'))
+    if rescale_by_final(df[df['grouping'] == 'pos'])['value'].notna().any(): out['reconstruction_pos_rescaled'] = reconstruction_chart(df, 'pos', rescaled=True)
+    out['reconstruction_verb_form'] = reconstruction_chart(df, 'verb_form')
     if (df['grouping'] == 'frequency').any(): out['reconstruction_frequency'] = reconstruction_chart(df, 'frequency')
     return out
 
 # %% ../nbs/07_reconstruction.ipynb #0afb9110
 def prediction_phases(run,  # a `Run` with a reconstruction table
                      ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
-    "Per part of speech, the first step whose mask-prediction interval clears the class's step-0 value (`first_clearing`)."
+    """Per part of speech, the first step whose prediction interval (mask prediction; next-word prediction for a causal
+    run) clears the class's step-0 value (`first_clearing`)."""
     rec = run.table('reconstruction') if run.has_table('reconstruction') else None
     if rec is None or rec.empty: return []
     d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & rec['value'].notna()].sort_values('step')
-    rows = []
+    what, rows = ('next-word' if prediction_kind(d) == 'next-word' else 'mask') + ' prediction', []
     for group, g in d.groupby('group', sort=False):
         base, first = float(g['value'].iloc[0]), int(g['step'].iloc[0])
         lo = g['lo'].fillna(g['value']) if 'lo' in g else g['value']
         step, step_lo = first_clearing(g['step'], lo > base)
         r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
         was = f"its step-{first} value {base:.3f}" + ('' if first == 0 else ' (no step 0 measured: the first checkpoint is the baseline)')
-        rows.append(dict(phase=f'mask prediction: {group}', step=step, step_lo=step_lo, value=float(r['value']), lo=float(lo[r.name]),
+        rows.append(dict(phase=f'{what}: {group}', step=step, step_lo=step_lo, value=float(r['value']), lo=float(lo[r.name]),
                          hi=float(r.get('hi', r['value'])), reference=base, source='reconstruction',
                          detail=(f"95% interval's lower end above {was}, after step {step_lo}" if step is not None else
                                  f"not beyond {was} by step {step_lo} ({r['value']:.3f}, interval from {lo[r.name]:.3f})")))
     return rows
-
 
 # %% ../nbs/07_reconstruction.ipynb #af40a264
 def reconstruction_section(run,          # the run reported on (the section reads only `tables`)
@@ -354,14 +398,21 @@ def reconstruction_section(run,          # the run reported on (the section read
                           ) -> list:     # text, charts and a table, in order
     "Reconstruction and prediction in a report: by part of speech (also rescaled), by verb form and frequency, and the values."
     df = tables['reconstruction']
+    causal = prediction_kind(df) == 'next-word'
     left = sorted({f"{g} ({n} words)" for g, n in df[df['value'].isna() & (df['grouping'] != 'all')][['group', 'n']].itertuples(index=False)})
-    parts = ["Accuracy of the MLM head at reproducing each unmasked word (*reconstruction*) and at predicting a whole "
-             "masked word, all its pieces exactly (*prediction*, one masked word per copy of the sentence), by part of speech "
-             "(paper 002 §3), on at least 200 words per group from documents no pre-training corpus holds; bands are 95% "
+    what = ("Accuracy of the causal LM's output layer at predicting each word's first piece from the words before it "
+            "(*prediction*: next-word prediction, the causal analogue of mask prediction; token reconstruction has no causal "
+            "analogue — the model never sees the token it predicts — and is not measured), by part of speech (paper 002 §3), on"
+            if causal else "Accuracy of the MLM head at reproducing each unmasked word (*reconstruction*) and at predicting a whole "
+            "masked word, all its pieces exactly (*prediction*, one masked word per copy of the sentence), by part of speech "
+            "(paper 002 §3), on")
+    parts = [what + " at least 200 words per group from documents no pre-training corpus holds; bands are 95% "
              "intervals (bootstrap over sentences). The step-0 model is each curve's own baseline. The rescaled chart divides "
              "each curve by its value at the last checkpoint, to show *when* each class is learned (the bands scale with it, "
              "the final checkpoint's own noise aside)." + (f" Left out for too few words: {', '.join(left)}." if left else ''),
-             reconstruction_chart(df, 'pos'), reconstruction_chart(df, 'pos', rescaled=True),
+             reconstruction_chart(df, 'pos'),
+             reconstruction_chart(df, 'pos', rescaled=True) if rescale_by_final(df[df['grouping'] == 'pos'])['value'].notna().any() else
+             "No rescaled chart: every class's accuracy at the last checkpoint is 0.",
              "By verb form (paper 002 Fig. 7) and by frequency rank of the word in Brown (Fig. 8: ranks 50–99, 300–349, 1550–1599):",
              reconstruction_chart(df, 'verb_form')]
     if (df['grouping'] == 'frequency').any(): parts.append(reconstruction_chart(df, 'frequency'))
@@ -373,5 +424,5 @@ RECONSTRUCTION = register(Analysis(
     'reconstruction', 'Token reconstruction and mask prediction', reconstruction_checkpoint, reconstruction_inputs,
     defaults=dict(per_group=MIN_GROUP_WORDS, seed=0, max_sentence_words=40, mask_fraction=None),
     data_options=('per_group', 'seed', 'max_sentence_words'), key=('task', 'grouping', 'group', 'metric'),
-    charts=reconstruction_charts, section=reconstruction_section, phases=prediction_phases, needs=('mlm_head',),
-    version=RECONSTRUCTION_VERSION, description='token reconstruction and mask prediction by part of speech, verb form and frequency (paper 002 §3)'), replace=True)
+    tables=with_prediction_kind, charts=reconstruction_charts, section=reconstruction_section, phases=prediction_phases, needs=('lm_head',),
+    version=RECONSTRUCTION_VERSION, description='token reconstruction and mask prediction (causal runs: next-word prediction) by part of speech, verb form and frequency (paper 002 §3)'), replace=True)

@@ -97,6 +97,7 @@ def get_analysis(name,  # a registered analysis's name, or an `Analysis` (return
 
 # %% ../nbs/05b_registry.ipynb #adc57b84
 NEEDS = {'mlm_head': "a masked-LM head (an ELECTRA or ALE pair: its generator's)",
+         'lm_head': "a language-model head: a masked-LM head, or a causal LM's next-token output layer",
          'checkpoints': 'at least one complete checkpoint'}
 
 def check_needs(needs: tuple,      # names from `NEEDS`
@@ -109,7 +110,13 @@ def check_needs(needs: tuple,      # names from `NEEDS`
     run = Run.coerce(run)
     if 'checkpoints' in needs and not run.steps():
         raise NlEmbryoError(f"{run.path} has no complete checkpoint", "train the run first (nl-embryo pretrain)")
-    if 'mlm_head' in needs and not run.is_pair():
+    if 'mlm_head' in needs and run.is_causal():
+        raise NlEmbryoError(f"{run.path} holds a causal LM ({', '.join(run.model_config().get('architectures') or [])}): {what} reads "
+                            "a masked-LM head's predictions at masked positions, which a model that predicts the next token does not have",
+                            "analyses that work on causal runs: probes, attention (previous-token and induction heads), prediction, "
+                            "knowledge, surgery, scoring; or use a run pre-trained with an MLM objective")
+    if 'lm_head' in needs and not run.is_pair() and run.is_causal(): return
+    if {'mlm_head', 'lm_head'} & set(needs) and not run.is_pair():
         archs = run.model_config().get('architectures') or []
         if not any(a.endswith('ForMaskedLM') for a in archs):
             raise NlEmbryoError(f"{run.path} holds a {', '.join(archs) or 'model'} without a masked-LM head: {what} reads the head's "
@@ -120,7 +127,7 @@ def part_for(needs: tuple,  # names from `NEEDS`
              run,           # a `Run`, a run folder or a model folder
             ) -> str:       # 'generator' or 'auto', for `Run.map(part=...)`
     "The part of a checkpoint an analysis with `needs` loads: an ELECTRA pair's generator when it needs the MLM head, else the model."
-    return 'generator' if 'mlm_head' in needs and Run.coerce(run).is_pair() else 'auto'
+    return 'generator' if {'mlm_head', 'lm_head'} & set(needs) and Run.coerce(run).is_pair() else 'auto'
 
 
 # %% ../nbs/05b_registry.ipynb #f6b7684a

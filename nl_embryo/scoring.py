@@ -14,19 +14,20 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_dir, cache_path, sha256_file
-from .models import mlm_head, quiet_transformers, max_positions
+from .models import is_causal, lm_head, mlm_head, quiet_transformers, max_positions
 from .torchzip import read_torch_zip
 from .corpora import CORPORA
 from .data import fetched_path
 
 # %% auto #0
-__all__ = ['masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'held_out_sentences', 'antiberty_dir', 'load_antiberty']
+__all__ = ['masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'causal_ll', 'score_sentences', 'held_out_sentences',
+           'antiberty_dir', 'load_antiberty']
 
 # %% ../nbs/13_scoring.ipynb #1d0605dd
 def _max_length(model) -> int | None:
     return max_positions(model)
 
-def _encode(model, tokenizer, sentences) -> tuple[list, list, list, list]:
+def _encode(model, tokenizer, sentences, need_mask: bool = True) -> tuple[list, list, list, list]:
     "ids, scored positions, word id per position (-1 = none) for each sentence; checks the input."
     if isinstance(sentences, str): sentences = [sentences]
     sentences = list(sentences)
@@ -36,7 +37,7 @@ def _encode(model, tokenizer, sentences) -> tuple[list, list, list, list]:
         raise NlEmbryoError(f"sentence {bad} is a {type(sentences[bad]).__name__}, not a string", "pass a list of strings")
     if not getattr(tokenizer, 'is_fast', False):
         raise NlEmbryoError(f"{type(tokenizer).__name__} is not a fast tokenizer (word ids are needed)", "load it with AutoTokenizer.from_pretrained(..., use_fast=True)")
-    if tokenizer.mask_token_id is None: raise NlEmbryoError("the tokenizer has no mask token", "use the tokenizer of a masked language model")
+    if need_mask and tokenizer.mask_token_id is None: raise NlEmbryoError("the tokenizer has no mask token", "use the tokenizer of a masked language model")
     enc = tokenizer(sentences, add_special_tokens=True, return_special_tokens_mask=True)
     limit = _max_length(model)
     ids, targets, words = [], [], []
@@ -50,6 +51,8 @@ def _encode(model, tokenizer, sentences) -> tuple[list, list, list, list]:
     return ids, targets, words, sentences
 
 def _head(model):
+    if is_causal(model): raise NlEmbryoError(f"{type(model).__name__} is a causal LM: it has no masked-LM head for a pseudo-log-likelihood",
+                                             "score it with causal_ll (its exact log-likelihood), or with score_sentences, which picks the score for the model")
     try: return mlm_head(model)
     except NlEmbryoError:
         raise NlEmbryoError(f"{type(model).__name__} has no masked-LM head: a PLL needs one",
@@ -110,10 +113,10 @@ def masked_pll(model,                    # a transformers `*ForMaskedLM` model (
     back = np.lexsort((pos, sent))
     return _frame(tokenizer, ids, sent[back].tolist(), pos[back].tolist(), tidx[back].tolist(), scores[back], words)
 
-def sentence_scores(tokens: pd.DataFrame,  # a token frame of `masked_pll` or `script_pll`
+def sentence_scores(tokens: pd.DataFrame,  # a token frame of `masked_pll`, `script_pll` or `causal_ll`
                     sentences=None,        # the scored sentences, to add as a `text` column; None: no text
                    ) -> pd.DataFrame:
-    "Per sentence: `pll` (sum of the token scores), `n_tokens`, `mean` (pll / n_tokens); with `sentences`, their `text`."
+    "Per sentence: `pll` (sum of the token scores; of a `causal_ll` frame, the exact log-likelihood), `n_tokens`, `mean` (pll / n_tokens); with `sentences`, their `text`."
     g = tokens.groupby('sentence', sort=True)['score']
     out = pd.DataFrame(dict(pll=g.sum(), n_tokens=g.size()))
     out['mean'] = out.pll / out.n_tokens
@@ -168,6 +171,54 @@ def compare_pll(a: pd.DataFrame,  # a token frame (`masked_pll` or `script_pll`)
         rows.append(dict(level=level, pearson=float(pearsonr(d.score_a, d.score_b)[0]),
                          spearman=float(spearmanr(d.score_a, d.score_b)[0]), n=len(d)))
     return pd.DataFrame(rows)
+
+# %% ../nbs/13_scoring.ipynb #ea38a8e8
+@torch.no_grad()
+def causal_ll(model,                      # a transformers causal LM (`is_causal`: `*ForCausalLM`, `GPT2LMHeadModel`)
+              tokenizer,                  # its fast tokenizer
+              sentences,                  # a string or a list of strings
+              batch_size: int = 32,       # sentences per forward pass
+              bos_id: int | None = None,  # the id the first token is predicted from (put before an encoding that does not start with it); None: [CLS], else BOS
+              progress: bool = False,     # show a progress bar
+             ) -> pd.DataFrame:           # the tidy token frame, as `masked_pll` returns it
+    "A causal LM's exact log-likelihood: `log p(x_t | x_<t)` for each non-special token of `sentences` (the first given `bos_id`), as the tidy token frame."
+    if batch_size < 1: raise NlEmbryoError(f"batch_size must be at least 1, got {batch_size}", "use e.g. 32")
+    if not is_causal(model): raise NlEmbryoError(f"{type(model).__name__} is not a causal LM: it defines no left-to-right likelihood",
+                                                 "score a masked LM with masked_pll, or with score_sentences, which picks the score for the model")
+    head = lm_head(model)
+    ids, targets, words, _ = _encode(model, tokenizer, sentences, need_mask=False)
+    bos = bos_id if bos_id is not None else tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    if bos is None: raise NlEmbryoError("the tokenizer has neither a [CLS] nor a BOS token to predict the first token from", "pass bos_id=")
+    for i, r in enumerate(ids):
+        if r[0] != bos: ids[i], targets[i], words[i] = [bos] + r, [p + 1 for p in targets[i]], [-1] + words[i]
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order = np.argsort([-len(r) for r in ids], kind='stable')
+    sent, pos, tidx, scores = [], [], [], []
+    was_training = model.training; model.eval()
+    try:
+        for a in tqdm(range(0, len(order), batch_size), desc='causal LL', disable=not progress, unit='batch'):
+            batch = order[a:a + batch_size]; width = max(len(ids[i]) for i in batch)
+            x = torch.full((len(batch), width), pad, dtype=torch.long); att = torch.zeros_like(x)
+            sel = torch.zeros_like(x, dtype=torch.bool)
+            for r, i in enumerate(batch): x[r, :len(ids[i])] = torch.tensor(ids[i]); att[r, :len(ids[i])] = 1; sel[r, targets[i]] = True
+            before = torch.zeros_like(sel); before[:, :-1] = sel[:, 1:]           # the position before a scored token predicts it
+            hidden = model.base_model(input_ids=x.to(device), attention_mask=att.to(device)).last_hidden_state
+            logits = head(hidden[before.to(device)]).float()
+            scores.append(F.log_softmax(logits, -1).gather(1, x[sel].to(device)[:, None])[:, 0].cpu().numpy())
+            for i in batch: sent += [int(i)] * len(targets[i]); pos += targets[i]; tidx += list(range(len(targets[i])))
+    finally: model.train(was_training)
+    back = np.lexsort((np.asarray(pos), np.asarray(sent)))
+    return _frame(tokenizer, ids, np.asarray(sent)[back].tolist(), np.asarray(pos)[back].tolist(), np.asarray(tidx)[back].tolist(), np.concatenate(scores)[back], words)
+
+# %% ../nbs/13_scoring.ipynb #1469b358
+def score_sentences(model,      # a causal LM or a `*ForMaskedLM` model (for an ELECTRA run: its generator)
+                    tokenizer,  # its fast tokenizer
+                    sentences,  # a string or a list of strings
+                    **kwargs,   # options of the scorer: `causal_ll`'s (batch_size, bos_id) or `masked_pll`'s (word_l2r, max_copies); progress
+                   ) -> pd.DataFrame:  # the tidy token frame
+    "The token frame of `sentences` under `model`: `causal_ll` (exact log-likelihood) for a causal LM (`is_causal`), else `masked_pll` (pseudo-log-likelihood)."
+    return (causal_ll if is_causal(model) else masked_pll)(model, tokenizer, sentences, **kwargs)
 
 # %% ../nbs/13_scoring.ipynb #096c003a
 def held_out_sentences(corpus: str = 'english',       # a text corpus of `nl_embryo.corpora.CORPORA` (not an artificial one)

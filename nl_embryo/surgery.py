@@ -10,11 +10,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .objectives import MASK_ID, MASK_PROB, EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator, eval_split_of
+from .objectives import MASK_ID, MASK_PROB, N_SPECIAL, EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator, eval_split_of
 from .registry import Analysis, register
 from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError
+from .models import is_causal, lm_head
 from .interventions import INTERVENTIONS, apply_interventions, parse_interventions, split_top_level
 from .timeline import Run
 from .probes import probe_correctness, probes_data
@@ -23,8 +24,8 @@ from .pretrain import eval_batches as first_batches
 
 # %% auto #0
 __all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'OUTLIER_RATIO', 'SURGERY', 'surgery_spec', 'parse_surgeries', 'masked_lm_losses',
-           'masked_lm_loss', 'surgery_checkpoint', 'masked_lm_loss_of', 'surgery_check', 'surgery_data',
-           'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
+           'masked_lm_loss', 'surgery_checkpoint', 'masked_lm_loss_of', 'causal_lm_losses', 'surgery_check',
+           'surgery_data', 'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
 
 # %% ../nbs/09a_surgery.ipynb #87c9daec
 SURGERIES = {'identity': None, 'reverse': 'reverse_layers', 'shuffle': 'shuffle_embeddings'}
@@ -98,25 +99,27 @@ def surgery_checkpoint(model,                        # the checkpoint's model (t
                        seed: int = 0,                # the seed of the probe and of the bootstrap intervals
                       ) -> pd.DataFrame:             # rows: surgery, metric, value, lo, hi
     """Apply each of `surgeries` to a copy of `model` and measure it on `data` (`surgery_data`): the MLM loss on the
-    eval batches and, when `data` has a probing task, the last layer's probe accuracy. Rows: `surgery`, `metric`
+    eval batches (for a causal LM the next-token loss: metrics `clm_loss`, `clm_loss_increase`) and, when `data` has a probing task, the last layer's probe accuracy. Rows: `surgery`, `metric`
     (`mlm_loss`, `probe_accuracy`, and their changes against `identity`: `mlm_loss_increase`, `probe_accuracy_drop`),
     `value`, `lo`, `hi`: 95% intervals by a bootstrap over eval blocks (the loss) or test sentences (the probe), paired
     with the intact model for the changes."""
-    measured = {}
+    causal, measured = is_causal(model), {}
+    loss = 'clm_loss' if causal else 'mlm_loss'
     for name in parse_surgeries(surgeries):
         spec = surgery_spec(name)
-        m = model if spec is None else apply_interventions(model, spec).eval()
-        measured[name] = dict(loss=masked_lm_losses(m, data['batches'], data['seed'], split=data.get('split'), mask_id=data.get('mask_id')))
+        m = model if spec is None else _cut_copy(model, name, spec)
+        measured[name] = dict(loss=causal_lm_losses(m, data['batches']) if causal else
+                              masked_lm_losses(m, data['batches'], data['seed'], split=data.get('split'), mask_id=data.get('mask_id')))
         if data.get('task') is not None: measured[name]['probe'] = probe_correctness(m, tokenizer, data['task'], seed=seed)
         if m is not model: del m
     (ref_sums, counts), rows = measured['identity']['loss'], []
     blocks = np.arange(len(counts))
     for name, got in measured.items():
         sums = got['loss'][0]
-        rows.append(dict(surgery=name, metric='mlm_loss', value=masked_lm_loss_of(sums, counts, data['batches']),
+        rows.append(dict(surgery=name, metric=loss, value=masked_lm_loss_of(sums, counts, data['batches']),
                          **dict(zip(('lo', 'hi'), cluster_bootstrap(sums, counts, clusters=blocks, seed=seed)[1:]))))
         inc = cluster_bootstrap(sums - ref_sums, counts, clusters=blocks, seed=seed)
-        rows.append(dict(surgery=name, metric='mlm_loss_increase', value=inc[0], lo=inc[1], hi=inc[2]))
+        rows.append(dict(surgery=name, metric=f'{loss}_increase', value=inc[0], lo=inc[1], hi=inc[2]))
         if 'probe' in got:
             right, sent = got['probe']; ref_right = measured['identity']['probe'][0]
             acc = cluster_bootstrap(right, clusters=sent, seed=seed)
@@ -133,6 +136,35 @@ def masked_lm_loss_of(sums,     # per block, the summed MLM loss (`masked_lm_los
     "The loss `masked_lm_loss` reports, from per-block sums and counts: the mean over batches of each batch's loss."
     edges = np.cumsum([0] + [len(b) for b in batches])
     return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
+
+# %% ../nbs/09a_surgery.ipynb #89836636
+def causal_lm_losses(model,    # a causal LM (`is_causal`): its device is read from it
+                     batches,  # the eval batches: int arrays of token ids, blocks × tokens
+                    ) -> tuple[np.ndarray, np.ndarray]:  # `(loss_sums, counts)`: per block, the summed loss (nats) and the predicted tokens
+    """Per block of `batches` (int arrays), the summed next-token loss and the number of predicted tokens, with the
+    targets of `clm_objective` (every next token that is not special, id >= `N_SPECIAL`): `(loss_sums, counts)`, one
+    entry per block; nothing is drawn, so no seed."""
+    device = next(model.parameters()).device; head = lm_head(model)
+    sums, counts = [], []
+    with torch.no_grad():
+        for b in batches:
+            ids = torch.as_tensor(np.asarray(b), dtype=torch.long)
+            target = ids[:, 1:]; keep = target >= N_SPECIAL
+            hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state[:, :-1]
+            tok = F.cross_entropy(head(hidden[keep.to(device)]).float(), target[keep].to(device), reduction='none').cpu().double()
+            row = keep.nonzero()[:, 0]
+            sums.append(torch.zeros(len(ids), dtype=torch.float64).index_add_(0, row, tok).numpy()); counts.append(keep.sum(1).numpy())
+    return np.concatenate(sums), np.concatenate(counts).astype(np.float64)
+
+# %% ../nbs/09a_surgery.ipynb #a6081aaf
+def _cut_copy(model, name: str, spec):
+    "A cut copy of `model` (`apply_interventions`); on a causal LM, a failed cut is an `NlEmbryoError` naming the surgery."
+    try: return apply_interventions(model, spec).eval()
+    except Exception as e:
+        if not is_causal(model): raise
+        why = e.problem if isinstance(e, NlEmbryoError) else f"{type(e).__name__}: {e}"
+        raise NlEmbryoError(f"surgery {name!r} cannot cut this causal {type(model).__name__} (decoder-only): its intervention failed ({why})",
+                            f"leave {name!r} out (e.g. --surgeries identity, or a cut the interventions support on decoder layers), or analyse a masked run") from e
 
 # %% ../nbs/09a_surgery.ipynb #49f45ba1
 def surgery_check(run,  # a `Run`
@@ -185,14 +217,15 @@ def surgery_panels(d: pd.DataFrame,                # rows with `surgery`, `value
 
 # %% ../nbs/09a_surgery.ipynb #0cb6713a
 def surgery_chart(df: pd.DataFrame,                  # the surgery table (rows of `surgery_checkpoint` with a `step` column)
-                  metric: str = 'mlm_loss_increase', # the metric to plot: `mlm_loss_increase`, `probe_accuracy_drop`, `mlm_loss` or `probe_accuracy`
+                  metric: str | None = None,         # the metric to plot: `mlm_loss_increase` (`clm_loss_increase`), `probe_accuracy_drop`, `mlm_loss` (`clm_loss`) or `probe_accuracy`; None: the loss increase
                   title: str | None = None,          # the chart's title (None: 'surgery over time: ' and the metric)
                  ):                                  # an Altair chart
     "What each surgery costs over the steps (the shared step axis): one line per surgery; 0 is the intact model; a surgery that dwarfs the rest (`surgery_panels`) gets a panel and y scale of its own."
     import altair as alt
+    if metric is None: metric = 'clm_loss_increase' if (df.metric == 'clm_loss_increase').any() else 'mlm_loss_increase'
     d = interval_columns(df[(df.metric == metric) & (df.surgery != 'identity')])
     if d.empty: raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'surgery') first")
-    what = {'mlm_loss_increase': 'MLM loss increase (nats)', 'probe_accuracy_drop': 'POS probe accuracy drop'}.get(metric, metric)
+    what = {'mlm_loss_increase': 'MLM loss increase (nats)', 'clm_loss_increase': 'next-token loss increase (nats)', 'probe_accuracy_drop': 'POS probe accuracy drop'}.get(metric, metric)
     x, color = step_axis(d['step']), alt.Color('surgery:N', title='surgery', legend=line_legend())
     band = interval_band(x, color=color, opacity=0.15)
     lines = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=25)).encode(
@@ -222,11 +255,11 @@ def surgery_section(run,          # the run (unused: the section is drawn from `
     "Surgery over time in a report: when each component becomes necessary."
     df = tables['surgery']
     parts = ["At every analysed checkpoint a copy of the model is cut (paper 003's interventions) and measured against the "
-             "intact model of the same checkpoint: how much the held-out MLM loss rises, and how much a linear probe's "
+             f"intact model of the same checkpoint: how much the held-out {'next-token' if (df.metric == 'clm_loss').any() else 'MLM'} loss rises, and how much a linear probe's "
              "accuracy on the last layer (part of speech) falls. A cut that costs nothing at step 0 and much later shows "
              "*when* the model came to depend on what it destroys.", surgery_chart(df)]
     if (df.metric == 'probe_accuracy_drop').any(): parts.append(surgery_chart(df, 'probe_accuracy_drop'))
-    parts.append(df[df.metric.isin(['mlm_loss_increase', 'probe_accuracy_drop'])].pivot_table(
+    parts.append(df[df.metric.isin(['mlm_loss_increase', 'clm_loss_increase', 'probe_accuracy_drop'])].pivot_table(
         index=['metric', 'surgery'], columns='step', values='value').round(3))
     return parts
 
@@ -235,7 +268,7 @@ SURGERY = register(Analysis(
     'surgery', 'Surgery over time', surgery_checkpoint, surgery_data,
     defaults=dict(surgeries=DEFAULT_SURGERIES, eval_batches=8, batch_size=32, probe=True, probe_words=1500, seed=0),
     data_options=('eval_batches', 'batch_size', 'probe', 'probe_words', 'seed'), shared_options=('seed',), key=('surgery', 'metric'),
-    charts=surgery_charts, section=surgery_section, check=surgery_check, needs=('mlm_head',), version=2,   # 2: the shuffle leaves the output bias alone
+    charts=surgery_charts, section=surgery_section, check=surgery_check, needs=('lm_head',), version=2,   # 2: the shuffle leaves the output bias alone
     cli=dict(option='surgeries', metavar='CUTS', parse=parse_surgeries,
              help=f"surgery over time: cut every checkpoint and measure the cost, e.g. reverse,shuffle,clean:layer.2 (default: {','.join(DEFAULT_SURGERIES[1:])})"),
     description='surgery over time: what reversing, shuffling, re-initialising or removing costs at each checkpoint'), replace=True)

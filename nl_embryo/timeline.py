@@ -17,8 +17,8 @@ from .charts import line_legend, step_axis, step_scale
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, cache_path, remove_stale_temps
 from .checkpoints import CHECKPOINT_MANIFEST, damaged_checkpoints, digest_problem, list_checkpoints
 from .sources import content_digest, read_source, trainer_metrics
-from .models import check_safetensors_weights, check_tokenizer_matches, load_model, quiet_transformers
-from .objectives import PLATEAU_MARGIN
+from .models import check_safetensors_weights, check_tokenizer_matches, is_causal, load_model, quiet_transformers
+from .objectives import EVAL_LOSSES, PLATEAU_MARGIN
 
 # %% auto #0
 __all__ = ['EVAL_TEXT_FILE', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
@@ -179,6 +179,13 @@ def is_pair(self: Run,
            ) -> bool:
     "Whether the checkpoints hold an ELECTRA-style generator + discriminator pair."
     return (self.checkpoint(step)/'discriminator').is_dir()
+
+@patch
+def is_causal(self: Run) -> bool:
+    """Whether the run's model is a decoder-only causal LM (`nl_embryo.models.is_causal` of its last checkpoint's config;
+    a run of nl_embryo whose checkpoints are not kept: of the architecture its `config.json` records; False without either)."""
+    if not self.steps(): return is_causal({'nl_embryo_arch': (self.config.get('config') or {}).get('arch')})   # False when none is recorded
+    return not self.is_pair() and is_causal(self.model_config())
 
 # %% ../nbs/05_timeline.ipynb #a7d20e3a
 @patch
@@ -535,9 +542,12 @@ PHASE_COLUMNS = ['phase', 'step', 'step_lo', 'value', 'lo', 'hi', 'reference', '
 
 def eval_rows(run,  # a `Run`
              ) -> pd.DataFrame:  # its metrics rows that have an `eval_mlm_loss` (no rows when it logged none)
-    "The rows of the run's metrics that carry a held-out eval MLM loss (a Trainer's `eval_loss` stands for it in a source nl_embryo did not write)."
+    """The rows of the run's metrics that carry a held-out eval LM loss, as `eval_mlm_loss`: a causal run's next-token loss
+    (`eval_clm_loss`) and a Trainer's `eval_loss` (in a source nl_embryo did not write) stand for it."""
     m = run.metrics()
     if not run.source.owned and 'eval_loss' in m and 'eval_mlm_loss' not in m: m = m.assign(eval_mlm_loss=m['eval_loss'])
+    if 'eval_clm_loss' in m and 'eval_mlm_loss' not in m:    # a causal run: its next-token loss is the held-out LM loss
+        m = m.assign(**{f'eval_mlm_loss{s}': m[f'eval_clm_loss{s}'] for s in ('', '_lo', '_hi') if f'eval_clm_loss{s}' in m})
     return m.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in m else m.iloc[0:0]
 
 
@@ -571,7 +581,8 @@ def _plateau_exit(run) -> list[dict]:
     r = ev[ev['step'] == (step if step is not None else step_lo)].iloc[0]
     row = dict(phase='left the unigram plateau', step=step, step_lo=step_lo, value=float(r['eval_mlm_loss']),
                lo=float(lo[r.name]), hi=float(hi[r.name]), reference=h, source='metrics')
-    what = 'the upper end of the 95% interval of the eval MLM loss' if has_hi else 'the eval MLM loss (no interval logged: point estimate)'
+    loss = 'eval next-token loss' if 'eval_clm_loss' in ev else 'eval MLM loss'
+    what = f'the upper end of the 95% interval of the {loss}' if has_hi else f'the {loss} (no interval logged: point estimate)'
     ref = 'the unigram entropy'
     if not run.source.owned:    # a Trainer's eval loss: nats per masked token of its own eval set, against the entropy of the text named
         what = "the Trainer's eval loss (nats per masked token of its own eval set; point estimate)"
@@ -598,8 +609,9 @@ def training_curves_chart(metrics: pd.DataFrame,                # a run's metric
     if metrics.empty: raise NlEmbryoError("no metrics to plot", "train the run first (nl-embryo pretrain)")
     m = metrics[metrics['step'] > 0]
     value_cols = [c for c in m.columns if (c.endswith('_loss') or c.endswith('_acc') or c == 'loss') and m[c].notna().any()]
-    if 'mlm_loss' in value_cols and 'loss' in value_cols and np.allclose(m['loss'].dropna(), m['mlm_loss'].dropna()):
-        value_cols.remove('loss')                                   # plain MLM: the total is the MLM loss
+    for own in ('mlm_loss', 'clm_loss'):
+        if own in value_cols and 'loss' in value_cols and np.allclose(m['loss'].dropna(), m[own].dropna()):
+            value_cols.remove('loss')                               # plain MLM or CLM: the total is that loss
     long = m.melt(id_vars=['step'], value_vars=value_cols, var_name='series', value_name='value').dropna()
     for side in ('lo', 'hi'):                      # the eval points' intervals, where the run logged them
         bounds = m.melt(id_vars=['step'], value_vars=[c for c in m.columns if c.endswith(f'_{side}') and c[:-len(side) - 1] in value_cols],
@@ -609,14 +621,15 @@ def training_curves_chart(metrics: pd.DataFrame,                # a run's metric
     long['split'] = np.where(long['series'].str.startswith('eval_'), 'eval', 'train')
     long['metric'] = long['series'].str.replace('eval_', '', regex=False)
     long['kind'] = np.where(long['metric'].str.endswith('acc'), 'accuracy', 'loss')
-    if unigram_entropy is None and {'eval_mlm_loss', 'eval_below_unigram'} <= set(metrics):
-        both = metrics.dropna(subset=['eval_mlm_loss', 'eval_below_unigram'])
-        if len(both): unigram_entropy = float((both['eval_mlm_loss'] + both['eval_below_unigram']).iloc[0])
+    ev_col = next((c for c in EVAL_LOSSES if c in m and m[c].notna().any()), None)   # the held-out loss: masked or next-token
+    if unigram_entropy is None and ev_col and 'eval_below_unigram' in metrics:
+        both = metrics.dropna(subset=[ev_col, 'eval_below_unigram'])
+        if len(both): unigram_entropy = float((both[ev_col] + both['eval_below_unigram']).iloc[0])
     if unigram_entropy is not None and len(long):
         ends = [long['step'].min(), long['step'].max()]
         long = pd.concat([long, pd.DataFrame(dict(step=ends, series='unigram entropy', value=unigram_entropy, split='reference',
                                                   metric='unigram entropy', kind='loss'))], ignore_index=True)
-    ticks = m.loc[m['eval_mlm_loss'].notna(), 'step'] if 'eval_mlm_loss' in m and m['eval_mlm_loss'].notna().any() else m['step']   # checkpoints
+    ticks = m.loc[m[ev_col].notna(), 'step'] if ev_col else m['step']   # checkpoints
     late = ticks[(ticks >= 0.1 * ticks.max()) & (ticks < ticks.max())]        # past the first tenth of the run, the last step (often off the grid) aside
     base = alt.Chart().encode(x=step_axis(ticks, scale='linear' if step_scale(late) == 'linear' else 'symlog', first_step=False),   # the metrics start after step 0
                               y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N', legend=line_legend()),

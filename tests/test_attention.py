@@ -266,3 +266,123 @@ def test_bertviz_export_matches_the_model(analysed):
         for a, b in zip(direct['attention'], cached['attention']):
             crop = a[..., :k, :k] / a[..., :k, :k].sum(-1, keepdim=True)     # maps longer than map_len are cropped
             assert torch.allclose(crop, b, atol=1e-5)
+
+
+# ---- causal models: induction and previous-token heads -------------------------------------------------------------
+
+class TokenInduction(torch.nn.Module):
+    "A stand-in causal model: head 1 attends to the token after the previous occurrence of the current token (itself when none), head 2 to the previous token."
+    def __init__(self, vocab_size=100):
+        super().__init__()
+        self.config = types.SimpleNamespace(num_hidden_layers=1, num_attention_heads=2, vocab_size=vocab_size, max_position_embeddings=64,
+                                            _attn_implementation='eager', model_type='fake')
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, output_attentions=False, **kwargs):
+        B, T = input_ids.shape
+        a = torch.zeros(B, 2, T, T)
+        for b in range(B):
+            for t in range(T):
+                before = (input_ids[b, :t] == input_ids[b, t]).nonzero()
+                a[b, 0, t, int(before[-1]) + 1 if len(before) else t] = 1.0
+                a[b, 1, t, max(t - 1, 0)] = 1.0
+        return types.SimpleNamespace(attentions=(a,))
+
+
+def test_repeat_scores_of_hand_built_patterns():
+    from nl_embryo.attention import repeat_chance, repeat_scores, repeat_targets
+    h, T = 24, 49
+    ind = torch.eye(T)
+    q, k = repeat_targets(h)['induction']
+    assert (q - k == h - 1).all() and q.min() == 1 + h and q.max() == T - 1
+    ind[q] = 0; ind[q, k] = 1.0                                            # each token on the token after its previous occurrence
+    uni = torch.tril(torch.ones(T, T)); uni /= uni.sum(-1, keepdim=True)   # uniform causal: 1/(t+1)
+    assert repeat_scores(ind, h)['induction'] == 1
+    s = repeat_scores(uni, h)
+    assert s['induction'] < 0.03 and abs(s['induction'] - np.mean(1 / (np.arange(1 + h, T) + 1))) < 1e-6
+    assert abs(s['prev_random'] - repeat_chance(h)['prev_random']) < 1e-6
+    batched = repeat_scores(torch.stack([ind, uni])[:, None], h)['induction']   # leading dims kept: 2 x 1
+    assert batched.shape == (2, 1) and batched[0, 0] == 1
+    with pytest.raises(NlEmbryoError, match='positions'): repeat_scores(uni, 20)
+
+
+def test_repeated_sequences():
+    from nl_embryo.attention import repeat_batch
+    from nl_embryo.objectives import CLS_ID, N_SPECIAL
+    b = repeat_batch(50, n_seqs=5, half_len=12, seed=3)
+    assert b.shape == (5, 25) and (b[:, 0] == CLS_ID).all() and (b[:, 1:13] == b[:, 13:]).all()
+    assert (b[:, 1:] >= N_SPECIAL).all() and (b < 50).all() and all(len(set(r[1:13].tolist())) == 12 for r in b)
+    assert (repeat_batch(50, 5, 12, seed=3) == b).all() and not (repeat_batch(50, 5, 12, seed=4) == b).all()
+    with pytest.raises(NlEmbryoError, match='non-special ids'): repeat_batch(20, 2, half_len=16)
+
+
+def test_induction_scores_of_a_hand_built_head_and_a_real_causal_model():
+    from nl_embryo.attention import induction_scores
+    sc = induction_scores(TokenInduction(), n_seqs=8, half_len=10).set_index(['layer', 'head', 'pattern'])
+    assert np.allclose(sc.loc[(1, 1, 'induction'), ['value', 'lo', 'hi']].astype(float), 1)
+    assert sc.loc[(1, 1, 'prev_random'), 'value'] < 0.1
+    assert sc.loc[(1, 2, 'prev_random'), 'value'] == 1 and sc.loc[(1, 2, 'induction'), 'value'] == 0
+    with pytest.raises(NlEmbryoError, match='positions'): induction_scores(TokenInduction(), half_len=40)
+    model = build_model('gpt-neox', 'mini', vocab_size=200)
+    real = induction_scores(model, n_seqs=16, half_len=20)
+    assert attention_implementation(model) == 'sdpa'                       # eager only for the pass
+    assert len(real) == 4 * 4 * 2 and set(real['layer']) == {1, 2, 3, 4} and set(real['head']) == {1, 2, 3, 4}
+    assert ((real['lo'] <= real['value'] + 1e-12) & (real['value'] <= real['hi'] + 1e-12)).all()
+    assert (abs(real['value'] - real['chance']) < 0.2 * real['chance']).all()   # untrained: about uniform, far from an induction head
+
+
+def test_an_induction_head_is_classified():
+    rows = lambda **v: pd.DataFrame([dict(layer=1, head=1, pattern=p, value=v.get(p, 0.0)) for p in ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'induction')])
+    assert classify_heads(rows(prev=0.3, induction=0.7))['head_class'].item() == 'induction'
+    assert classify_heads(rows(prev=0.8, induction=0.7))['head_class'].item() == 'diagonal'
+    assert classify_heads(rows(prev=0.3, induction=0.5))['head_class'].item() == 'mixed'
+
+
+def test_causal_head_phases_clear_twice_the_chance_level():
+    from nl_embryo.attention import causal_head_phases
+    def at(step, ind, prev):
+        return [dict(step=step, layer=2, head=3, pattern=p, value=v, lo=v - 0.01, hi=v + 0.01, chance=c)
+                for p, v, c in (('induction', ind, 0.028), ('prev_random', prev, 0.063))]
+    toy = pd.DataFrame(at(0, 0.028, 0.063) + at(50, 0.06, 0.2) + at(100, 0.4, 0.3))
+    ph = pd.DataFrame(causal_head_phases(toy)).set_index('phase')
+    assert (ph.loc['induction-head onset', 'step'], ph.loc['induction-head onset', 'step_lo']) == (100, 50)   # 0.05 < 0.056 at step 50
+    assert ph.loc['previous-token-head onset (random tokens)', 'step'] == 50
+    assert causal_head_phases(toy, over_chance=20)[0]['step'] is None
+
+
+@pytest.fixture(scope='module')
+def causal_run(tmp_path_factory):
+    import warnings
+    from nl_embryo.pretrain import PretrainConfig, pretrain
+    out = tmp_path_factory.mktemp('attention_causal')/'run'
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*unigram plateau')
+        return Run(pretrain(PretrainConfig(out=str(out), arch='gpt-neox', preset='mini', corpus='english', steps=20, batch_size=8,
+                                           block_size=64, checkpoints='0,20'), quiet=True))
+
+
+def test_a_causal_run_gets_induction_scores_charts_and_phases(causal_run):
+    from nl_embryo.analysis import report_section
+    from nl_embryo.attention import CAUSAL_PATTERNS, attention_phases, best_causal_heads
+    run = causal_run
+    scores = analyze(run, 'attention', n_sentences=24, map_len=12, progress=False)
+    ind = scores[scores['pattern'].isin(CAUSAL_PATTERNS)]
+    assert len(ind) == 2 * 4 * 4 * 2 and ind['chance'].notna().all() and set(ind['step']) == {0, 20}
+    assert ((ind['lo'] <= ind['value'] + 1e-9) & (ind['value'] <= ind['hi'] + 1e-9)).all()
+    assert (scores.loc[scores['pattern'] == 'next', 'value'] == 0).all()
+    assert (run.path/'analysis'/'attention_induction.png').read_bytes()[:4] == b'\x89PNG'
+    phases = {r['phase']: r for r in attention_phases(run)}
+    assert {'induction-head onset', 'previous-token-head onset (random tokens)'} <= set(phases) and 'first next-token head' not in phases
+    best = best_causal_heads(scores, n=2)
+    assert len(best) == 4 and (best['step'] == 20).all()
+    s = report_section(run, 'attention')
+    assert any(isinstance(p, str) and 'induction score' in p for p in s.parts)
+    ex = AttentionExplorer.from_run(run)
+    assert 'induction (random tokens, repeated)' in ex.table.value
+
+
+def test_masked_tables_have_no_causal_rows(analysed):
+    from nl_embryo.attention import attention_phases
+    run, scores = analysed
+    assert 'chance' not in scores and not scores['pattern'].isin(['induction', 'prev_random']).any()
+    assert not any('onset' in r['phase'] for r in attention_phases(run)) and any(r['phase'] == 'first next-token head' for r in attention_phases(run))

@@ -11,7 +11,7 @@ from nl_embryo.core import NlEmbryoError
 from nl_embryo.corpora import get_tokenizer
 from nl_embryo.finetune import (RESULT_COLUMNS, adopt_tokenizer, encode, finetune, majority_baseline, mlm_adapt, transfer_chart,
                                 transfer_table, with_head, default_hparams)
-from nl_embryo.models import ARCHS, SizePreset, build_model, is_pair
+from nl_embryo.models import ARCHS, SizePreset, build_model, is_causal, is_pair
 from nl_embryo.tasks import load_task, task_from_file
 
 MICRO = SizePreset('micro', hidden=64, layers=2, heads=2, intermediate=128)
@@ -61,7 +61,7 @@ def test_every_architecture_and_kind(arch, tok, toy_tasks):
     body = model.discriminator if is_pair(model) else model
     for t in toy_tasks:
         head = with_head(model, t)
-        a, b = head.base_model.encoder.state_dict(), body.base_model.encoder.state_dict()
+        a, b = (head.base_model.state_dict(), body.base_model.state_dict()) if is_causal(body) else (head.base_model.encoder.state_dict(), body.base_model.encoder.state_dict())
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)      # the body is copied in
 
 

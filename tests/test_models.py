@@ -6,10 +6,10 @@ import copy, dataclasses, shutil
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM, ElectraForTokenClassification, AlbertForTokenClassification
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, ElectraForTokenClassification, AlbertForTokenClassification
 
 from nl_embryo.core import NlEmbryoError
-from nl_embryo.models import (ARCHS, PAIR_ARCHS, PRESETS, SizePreset, ElectraPair, build_config, build_model, load_model,
+from nl_embryo.models import (ARCHS, CAUSAL_ARCHS, PAIR_ARCHS, PRESETS, SizePreset, ElectraPair, build_config, build_model, load_model,
                               count_parameters, set_attention, attention_implementation, flops_per_token, training_flops,
                               kaplan_training_flops, measure_training_flops, check_tokenizer_matches, checkpoint_sizes,
                               parameter_table, stored_numel, steps_for_equal_flops, quiet_transformers, is_pair, mlm_head)
@@ -43,7 +43,7 @@ def test_forward_with_labels(models, arch):
         assert m.discriminator(input_ids=ids).logits.reshape(2, 24).shape == (2, 24)
     cfgs = [m.generator.config, m.discriminator.config] if is_pair(m) else [m.config]
     for c in cfgs:
-        assert (c.pad_token_id, c.cls_token_id, c.sep_token_id, c.mask_token_id, c.tie_word_embeddings) == (0, 2, 3, 4, True)
+        assert (c.pad_token_id, c.cls_token_id, c.sep_token_id, c.mask_token_id, c.tie_word_embeddings) == (0, 2, 3, 4, arch != 'gpt-neox')   # GPT-NeoX (Pythia) unties its output layer
         assert c.nl_embryo_arch == arch
 
 
@@ -66,10 +66,10 @@ def test_save_load_round_trip(models, arch, tmp_path):
         assert torch.equal(alone(input_ids=ids).logits, m.discriminator(input_ids=ids).logits)
     else:
         with quiet_transformers():
-            back = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+            back = (AutoModelForCausalLM if arch in CAUSAL_ARCHS else AutoModelForMaskedLM).from_pretrained(tmp_path).eval()
         assert type(back) is type(m)
         assert torch.equal(back(input_ids=ids).logits, m(input_ids=ids).logits)
-        assert back.config.nl_embryo_objective == ('script' if arch == 'script' else 'mlm')
+        assert back.config.nl_embryo_objective == ('script' if arch == 'script' else 'clm' if arch in CAUSAL_ARCHS else 'mlm')
     assert type(load_model(tmp_path)) is type(m)
     on_disk = sum(p.stat().st_size for p in tmp_path.rglob('*.safetensors'))
     assert 0 <= on_disk - 4 * stored_numel(m) < 50_000
@@ -164,7 +164,7 @@ def test_flops_parts_and_equal_steps():
 
 def test_errors():
     with pytest.raises(NlEmbryoError, match='bert, roberta'):
-        build_model('gpt2')
+        build_model('gpt3')
     with pytest.raises(NlEmbryoError, match='tiny, tiny2, small, base'):
         build_model('bert', 'giant')
     with pytest.raises(NlEmbryoError):

@@ -135,3 +135,37 @@ def test_folder_without_checkpoints_is_refused(tmp_path):
     (tmp_path/'checkpoints').mkdir()
     with pytest.raises(NlEmbryoError, match='no complete checkpoint'):
         analyze(tmp_path, 'reconstruction', progress=False)
+
+
+def test_causal_run_measures_next_word_prediction(tmp_path, tok, small):
+    "A causal LM: prediction rows only (`prediction='next-word'`), read from the left context, through the timeline."
+    import torch
+    from nl_embryo.analysis import report_section
+    from nl_embryo.models import build_model
+    from nl_embryo.words import words_frame
+    torch.manual_seed(0)
+    model = build_model('gpt-neox', 'mini', vocab_size=len(tok)).eval()
+    # the left context only: changing the last word changes no prediction, and each equals the output on the cut sentence
+    texts, words = words_frame([['The', 'dog', 'slept', 'in', 'the', 'sun', '.'], ['The', 'dog', 'slept', 'in', 'the', 'sun', '!']])
+    seen = []
+    with pytest.MonkeyPatch.context() as mp:
+        real = R._predict
+        mp.setattr(R, '_predict', lambda m, h, seqs, pos, *a, **k: seen.append((seqs, pos, real(m, h, seqs, pos, *a, **k))) or seen[-1][2])
+        wc = word_correctness(model, tok, dict(texts=texts, words=words.assign(target=True)))
+    (seqs, pos, preds), = seen
+    assert 'reconstructed' not in wc and wc.evaluated.sum() == 14
+    assert tok.convert_ids_to_tokens(seqs[0][pos[0] + 1].tolist()) == ['the', 'dog', 'sle', 'in', 'the', 'sun', '.']   # first pieces ('slept': sle ##pt)
+    assert (preds[0] == preds[1]).all()
+    with torch.no_grad():
+        assert [int(model(input_ids=torch.from_numpy(seqs[1][:q + 1])[None]).logits[0, -1].argmax()) for q in pos[1]] == preds[1].tolist()
+    # through the timeline: the same columns as a masked run's, prediction rows only; charts, phases and the section read them
+    folder = tmp_path/'causal'
+    with quiet_transformers(): model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    run = Run(folder)
+    df = analyze(run, 'reconstruction', per_group=12, seed=5, progress=False)
+    assert set(df.columns) >= {'step', 'task', 'layer', 'grouping', 'group', 'metric', 'value', 'lo', 'hi', 'n', 'prediction'}
+    assert set(df.task) == {'prediction'} and set(df.prediction) == {'next-word'} and set(df.grouping) == {'all', 'pos', 'verb_form', 'frequency'}
+    assert run.chart_path('reconstruction_pos').with_suffix('.png').exists()             # (untrained: all 0, so no rescaled chart)
+    assert all(p['phase'].startswith('next-word prediction: ') for p in R.prediction_phases(run)) and len(R.prediction_phases(run)) == len(POS_CLASSES)
+    assert 'no causal analogue' in report_section(run, 'reconstruction').markdown()

@@ -10,7 +10,7 @@ import torch
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.models import build_model
 from nl_embryo.torchzip import read_torch_zip
-from nl_embryo.scoring import masked_pll, script_pll, sentence_scores, antiberty_dir, load_antiberty, compare_pll
+from nl_embryo.scoring import masked_pll, script_pll, sentence_scores, antiberty_dir, load_antiberty, compare_pll, causal_ll, score_sentences
 
 SENTENCES = ['The committee approved the proposal yesterday .', 'Unbelievably , the metamorphosis happened overnight .',
              'It was .', 'Congress shall make no law respecting an establishment of religion .']
@@ -89,6 +89,32 @@ def test_bad_inputs_say_what_to_do(bert):
     with pytest.raises(NlEmbryoError, match='max_copies'): masked_pll(model, tok, SENTENCES, max_copies=0)
     with pytest.raises(NlEmbryoError, match='masked-LM head'): masked_pll(model.bert, tok, SENTENCES)
 
+
+def test_causal_ll_is_transformers_own_next_token_loss(bert, english_tokenizer):
+    tok = english_tokenizer
+    torch.manual_seed(0)
+    gpt = build_model('gpt-neox', 'mini', vocab_size=len(tok), max_position=64).eval()
+    got = causal_ll(gpt, tok, SENTENCES, batch_size=3)
+    for i, s in enumerate(SENTENCES):
+        enc = tok(s, return_special_tokens_mask=True)
+        x = torch.tensor([enc['input_ids']]); labels = x.masked_fill(torch.tensor([enc['special_tokens_mask']], dtype=torch.bool), -100)
+        assert x[0, 0] == tok.cls_token_id == 2                  # the first token is scored given [CLS]
+        with torch.no_grad(): loss = float(gpt(input_ids=x, labels=labels).loss)
+        n = int((labels != -100).sum())
+        assert (got.sentence == i).sum() == n
+        np.testing.assert_allclose(got[got.sentence == i].score.sum(), -loss * n, atol=1e-4)
+    np.testing.assert_allclose(causal_ll(gpt, tok, SENTENCES, batch_size=1).score, got.score, atol=1e-5)
+    # another BOS id is put in front of an encoding that does not start with it: the same tokens, one position later
+    sep = causal_ll(gpt, tok, SENTENCES[:1], bos_id=tok.sep_token_id)
+    first = got[got.sentence == 0]
+    assert (sep.position.values == first.position.values + 1).all() and (sep.token_id.values == first.token_id.values).all()
+    assert not np.allclose(sep.score.values, first.score.values)
+    np.testing.assert_allclose(score_sentences(gpt, tok, SENTENCES).score, got.score, atol=1e-5)
+    model, _ = bert
+    np.testing.assert_allclose(score_sentences(model, tok, SENTENCES[:2]).score, masked_pll(model, tok, SENTENCES[:2]).score)
+    with pytest.raises(NlEmbryoError, match='causal_ll'): masked_pll(gpt, tok, SENTENCES)
+    with pytest.raises(NlEmbryoError, match='causal_ll'): script_pll(gpt, tok, SENTENCES)
+    with pytest.raises(NlEmbryoError, match='not a causal LM'): causal_ll(model, tok, SENTENCES)
 
 def test_equal_to_minicons(bert, tmp_path):
     from minicons import scorer
