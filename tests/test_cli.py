@@ -85,8 +85,8 @@ def test_every_command_explains_itself():
         for action in parser._actions:
             if action.option_strings and action.help is None: raise AssertionError(f"{parser.prog} {action.option_strings[0]} has no help")
     text = ' '.join(_help('pretrain').split())
-    for flag, values in [('--arch', 'bert,roberta,albert,electra,ale,script'), ('--preset', 'mini,tiny,tiny2,small,base'),
-                         ('--objective', 'mlm,electra,script'), ('--precision', 'auto,fp32,bf16'), ('--norm', 'post,pre'), ('--position-init', 'random,sinusoidal')]:
+    for flag, values in [('--arch', 'bert,roberta,albert,electra,ale,script,gpt2,gpt-neox,llama'), ('--preset', 'mini,tiny,tiny2,small,base'),
+                         ('--objective', 'mlm,electra,script,clm'), ('--precision', 'auto,fp32,bf16'), ('--norm', 'post,pre'), ('--position-init', 'random,sinusoidal')]:
         assert f'{flag} {{{values}}}' in text, flag
     assert 'english,brown,sotu,turkish' in text and 'peak learning rate' in text
 
