@@ -565,6 +565,6 @@ PROBES = register(Analysis(
     defaults=dict(tasks=('pos',), n_words=PROBE_WORDS, seed=0, max_sentence_words=40, pooling='mean', control=True,
                   solver='lbfgs', weight_decay=1e-3, tol=1e-3),
     data_options=('tasks', 'n_words', 'seed', 'max_sentence_words'), shared_options=('seed',), row_options=('tasks',),
-    key=('task',), charts=probes_charts, section=probes_section, version=PROBES_VERSION,
+    key=('task', 'layer', 'metric'), charts=probes_charts, section=probes_section, version=PROBES_VERSION,
     cli=dict(option='tasks', metavar='TASKS', parse=parse_tasks, help=f"linear probes per layer on these tasks, e.g. pos,dep (of: {', '.join(PROBE_TASKS)})"),
     description='linear probes per layer: part of speech, dependencies, spans (paper 002 §4)'), replace=True)

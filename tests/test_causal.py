@@ -120,6 +120,8 @@ def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, 
             warnings.simplefilter('ignore')
             df = analyze(run, name, steps=[6], progress=False, charts=False, **opts)
         assert len(df) and set(df['step']) == {6}, name
+        main = Run(run).table(name)                                     # the analysis's key names each row of its main table once
+        assert not main.duplicated([c for c in ('options', 'step', *ANALYSES[name].key) if c in main]).any(), (name, ANALYSES[name].key)
     assert {'induction', 'prev_random'} <= set(Run(run).table('attention')['pattern'])            # the causal head scores
     assert set(Run(run).table('reconstruction')['prediction']) == {'next-word'}
     assert 'clm_loss_increase' in set(Run(run).table('surgery')['metric'])
