@@ -1,6 +1,16 @@
-"""The scripts in bench/ as a user runs them: bench/eval_split.py names a folder that is not a run in one line with the
-fix, and scores a real one (the shared `reference` run of conftest.py)."""
+"""The scripts in bench/ as a user runs them (bench/eval_split.py names a folder that is not a run in one line with the
+fix, and scores a real one: the shared `reference` run of conftest.py), and the benchmarks' timing harness
+(bench/interleave.py: interleaved worker processes, clean segments, checked ratios). Speed goals are checked by the bench
+scripts themselves; these tests check the harness's logic (which segments count, when a ratio is refused, how threads are
+chosen) with pure-Python workers whose cost ratio is known."""
+import sys, textwrap
 from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent/'bench'
+sys.path.insert(0, str(BENCH))
+import interleave as il
 
 
 def test_eval_split_bench_names_a_folder_that_is_not_a_run(tmp_path, reference):
@@ -13,3 +23,67 @@ def test_eval_split_bench_names_a_folder_that_is_not_a_run(tmp_path, reference):
     p = subprocess.run([sys.executable, str(root/'bench'/'eval_split.py'), str(reference)], capture_output=True, text=True)
     row = p.stdout.strip().splitlines()[-1].split()
     assert p.returncode == 0 and row[1] == '4' and len(row) == 6, p.stdout + p.stderr   # a real run is scored both ways
+
+
+def worker(tmp_path, n):
+    "A worker script whose step is a pure-Python loop of `n` additions (one thread)."
+    f = tmp_path/f'w{n}.py'
+    f.write_text(textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(BENCH)!r})
+        from interleave import serve
+        def unit():
+            x = 0
+            for i in range({n}): x += i
+        serve(unit, flops={n})
+    """))
+    return [sys.executable, str(f)]
+
+
+def test_interleaved_workers_give_the_cost_ratio(tmp_path):
+    t = il.interleave({'a': worker(tmp_path, 100_000), 'b': worker(tmp_path, 300_000)}, rounds=4, segment_s=0.2, threads=1, quiet=True)
+    assert [s.loop for s in t.segments] == ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a']      # A B B A: neither always goes first
+    assert all(len(s.times) >= 3 for s in t.segments) and t.segments[0].extra == {'flops': 100_000}
+    r, line = il.ratio(t, 'b', 'a', max_disagreement=2.0)
+    if r is None: pytest.fail(f"no ratio on an idle test worker pair: {line}")   # the CI machine runs one test at a time
+    assert 2.0 < r < 4.5 and 'clean rounds' in line
+    s = t.stats('a')
+    assert s['min'] <= s['q25'] <= s['median'] <= s['max'] and 0 < s['cpu_use'] <= 1.2
+    assert 'q25' in il.describe(t, 'a') and 'clean segments' in il.describe(t, 'a')
+
+
+def synthetic(rounds, clean=True):
+    "A Timing whose rounds have the given (a, b) step times."
+    segs = []
+    for i, (a, b) in enumerate(rounds):
+        segs += [il.Segment('a', i, [a] * 3, 3 * a, 3 * a, 0.0, clean), il.Segment('b', i, [b] * 3, 3 * b, 3 * b, 0.0 if clean else 1.0, clean)]
+    return il.Timing(1, 'test', segs, 0.25, 2)
+
+
+def test_ratio_is_refused_when_rounds_disagree_or_are_not_clean():
+    r, line = il.ratio(synthetic([(1, 2), (1, 2.1), (1, 1.9)]), 'b', 'a')
+    assert r == pytest.approx(1.95, rel=0.05) and '1.90-2.10x over 3 clean rounds' in line
+    r, line = il.ratio(synthetic([(1, 2), (1, 4), (1, 2)]), 'b', 'a', max_disagreement=1.25)
+    assert r is None and 'disagree by 2.00x' in line
+    r, line = il.ratio(synthetic([(1, 2)] * 4, clean=False), 'b', 'a')
+    assert r is None and 'only 0 of 4 rounds' in line and 'interference: in 8 of 8 segments' in line and 'up to 1.0 of 2 cores' in line
+
+
+def test_auto_threads_take_the_cores_others_leave(monkeypatch):
+    monkeypatch.setattr(il.os, 'cpu_count', lambda: 2)
+    monkeypatch.setattr(il, 'others_cores', lambda seconds=1.0: 1.0)       # a neighbour keeps one core busy
+    n, why = il.choose_threads('auto')
+    assert n == 1 and 'measuring on the cores left' in why
+    monkeypatch.setattr(il, 'others_cores', lambda seconds=1.0: 0.1)
+    assert il.choose_threads('auto')[0] == 2 and il.choose_threads(3)[0] == 3
+
+
+def test_a_worker_started_by_hand_says_so(tmp_path):
+    import subprocess
+    r = subprocess.run(worker(tmp_path, 10), capture_output=True, text=True)
+    assert r.returncode != 0 and 'benchmark worker' in r.stderr
+
+
+def test_a_failing_worker_is_named_with_its_output(tmp_path):
+    f = tmp_path/'bad.py'; f.write_text("raise ValueError('no corpus here')")
+    with pytest.raises(SystemExit, match=r"(?s)the bad worker stopped \(exit code 1\).*no corpus here"):
+        il.interleave({'bad': [sys.executable, str(f)]}, rounds=1, threads=1, quiet=True)
