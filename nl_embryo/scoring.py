@@ -24,10 +24,7 @@ __all__ = ['masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'causal
            'antiberty_dir', 'load_antiberty']
 
 # %% ../nbs/13_scoring.ipynb #1d0605dd
-def _max_length(model) -> int | None:
-    return max_positions(model)
-
-def _encode(model, tokenizer, sentences, need_mask: bool = True) -> tuple[list, list, list, list]:
+def _encode(tokenizer, sentences, need_mask: bool = True) -> tuple[list, list, list, list]:
     "ids, scored positions, word id per position (-1 = none) for each sentence; checks the input."
     if isinstance(sentences, str): sentences = [sentences]
     sentences = list(sentences)
@@ -38,13 +35,10 @@ def _encode(model, tokenizer, sentences, need_mask: bool = True) -> tuple[list, 
     if not getattr(tokenizer, 'is_fast', False):
         raise NlEmbryoError(f"{type(tokenizer).__name__} is not a fast tokenizer (word ids are needed)", "load it with AutoTokenizer.from_pretrained(..., use_fast=True)")
     if need_mask and tokenizer.mask_token_id is None: raise NlEmbryoError("the tokenizer has no mask token", "use the tokenizer of a masked language model")
-    enc = tokenizer(sentences, add_special_tokens=True, return_special_tokens_mask=True)
-    limit = _max_length(model)
+    with quiet_transformers():   # a sentence longer than the tokenizer's `model_max_length` is scored in windows, not refused
+        enc = tokenizer(sentences, add_special_tokens=True, return_special_tokens_mask=True)
     ids, targets, words = [], [], []
     for i, (row, special) in enumerate(zip(enc['input_ids'], enc['special_tokens_mask'])):
-        if limit is not None and len(row) > limit:
-            raise NlEmbryoError(f"sentence {i} has {len(row)} tokens; the model takes at most {limit}",
-                                "split long inputs into windows the model accepts (or drop them)")
         ids.append(row)
         targets.append([j for j, s in enumerate(special) if not s])
         words.append([-1 if w is None else w for w in enc.word_ids(i)])
@@ -58,61 +52,156 @@ def _head(model):
         raise NlEmbryoError(f"{type(model).__name__} has no masked-LM head: a PLL needs one",
                             "score with a *ForMaskedLM model (for an ELECTRA run, its generator: Run.load(step, part='generator'))") from None
 
-def _frame(tokenizer, ids, sent, pos, tidx, scores, words) -> pd.DataFrame:
-    tok_ids = [ids[s][p] for s, p in zip(sent, pos)]
-    return pd.DataFrame(dict(sentence=np.asarray(sent, dtype=np.int64), token_index=np.asarray(tidx, dtype=np.int64),
-                             position=np.asarray(pos, dtype=np.int64), token=tokenizer.convert_ids_to_tokens(tok_ids),
+def _frame(tokenizer, ids, words, sent, pos, scores) -> pd.DataFrame:
+    "The tidy token frame of scored tokens given in any order: the sentence, position and score of each."
+    sent, pos, scores = np.asarray(sent, dtype=np.int64), np.asarray(pos, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+    back = np.lexsort((pos, sent)); sent, pos, scores = sent[back], pos[back], scores[back]
+    tidx = np.arange(len(sent)) - np.searchsorted(sent, sent)          # every non-special token is scored: its rank in the sentence
+    tok_ids = [ids[s][p] for s, p in zip(sent.tolist(), pos.tolist())]
+    return pd.DataFrame(dict(sentence=sent, token_index=tidx, position=pos, token=tokenizer.convert_ids_to_tokens(tok_ids),
                              token_id=np.asarray(tok_ids, dtype=np.int64),
-                             word=np.asarray([words[s][p] for s, p in zip(sent, pos)], dtype=np.int64),
-                             score=np.asarray(scores, dtype=np.float64)))
+                             word=np.asarray([words[s][p] for s, p in zip(sent.tolist(), pos.tolist())], dtype=np.int64),
+                             score=scores))
+
+def _pad_rows(rows: list, fill: int) -> torch.Tensor:
+    "Lists of ids as one `[len(rows), longest]` tensor, each padded on the right with `fill`."
+    out = torch.full((len(rows), max((len(r) for r in rows), default=1)), fill, dtype=torch.long)
+    for i, r in enumerate(rows): out[i, :len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+# %% ../nbs/13_scoring.ipynb #987521d3
+def _window_starts(n: int,              # the tokens of a sentence's body (between its leading and trailing special tokens)
+                   k: int,              # the body tokens a window holds
+                   stride: int,         # windows start every `stride` tokens; the last one ends with the body
+                   causal: bool = False,# the rule: the first window that holds the token (True) or its best-centred one
+                  ) -> np.ndarray:      # for each body token, the start of the window it is scored in
+    """The window each body token is scored in. Masked: the one where its context on its shorter side is longest (a side
+    that reaches the sentence's edge counts as complete), the earlier one on a tie. Causal: the first that holds it."""
+    j = np.arange(n)
+    if n <= k: return np.zeros(n, dtype=np.int64)
+    if causal: return np.minimum(k + np.where(j < k, 0, -(-(j - k + 1) // stride)) * stride, n) - k
+    regular, full = len(range(0, n - k, stride)), n + k                 # windows before the last; context that reaches an edge is full
+    best_q, best_s = np.full(n, -1), np.zeros(n, dtype=np.int64)
+    for c in [*range(k // stride + 1, -1, -1), None]:                   # each token's candidate windows, earliest first; None: the last
+        s = np.full(n, n - k) if c is None else (j // stride - c) * stride
+        ok = (s >= 0) & (s <= j) & (j < s + k) & ((s // stride < regular) if c is not None else True)
+        q = np.where(ok, np.minimum(np.where(s == 0, full, j - s), np.where(s + k >= n, full, s + k - 1 - j)), -1)
+        better = q > best_q
+        best_q[better], best_s[better] = q[better], s[better]
+    return best_s
+
+# %% ../nbs/13_scoring.ipynb #ee597b6f
+def _windows(model, ids, targets,  # the model and the encoded sentences (<code>_encode</code>)
+             window: int | None,   # positions per window, special tokens included; None: the model's positions
+             stride: int | None,   # how far a window moves past the previous one; None: half the body tokens it holds
+             causal: bool = False, # the causal rule (and no trailing special tokens: nothing scored comes after them)
+            ) -> list:             # one `(sentence, source, scored)` per window
+    """The inputs to score: for each window, its sentence, `source` (the sentence positions it holds: the leading and
+    trailing special tokens and a stretch of the body) and `scored` (the window positions of the tokens it scores)."""
+    limit = max_positions(model)
+    size = limit if window is None else window
+    if size is not None and size < 3:
+        raise NlEmbryoError(f"window={size} is too small: a window holds a start token, the scored token and an end token", f"use window=None (the model's {limit} positions) or at least 3")
+    if None not in (size, limit) and size > limit:
+        raise NlEmbryoError(f"window={size} is longer than the model's {limit} positions", f"use window <= {limit}, or None (all of them)")
+    if stride is not None and stride < 1: raise NlEmbryoError(f"stride must be at least 1, got {stride}", "use stride=None (half the window)")
+    out = []
+    for i, (row, t) in enumerate(zip(ids, targets)):
+        if not t: continue
+        if size is None or len(row) <= size: out.append((i, np.arange(len(row)), np.asarray(t))); continue
+        lead, trail = t[0], 0 if causal else len(row) - 1 - t[-1]
+        k = size - lead - trail
+        if k < 1: raise NlEmbryoError(f"sentence {i} has {lead + trail} special tokens: window={size} leaves no room for the scored token", f"use a window of at least {lead + trail + 1}")
+        step = max(1, k // 2) if stride is None else stride
+        if step > k: raise NlEmbryoError(f"stride={step} skips tokens: a window holds {k} tokens besides its {lead + trail} special ones", f"use a stride of at most {k}, or None (half of it)")
+        t = np.asarray(t); start = _window_starts(len(row) - lead - trail, k, step, causal)[t - lead]
+        for s in np.unique(start):
+            src = np.r_[np.arange(lead), lead + s + np.arange(k), np.arange(len(row) - trail, len(row))]
+            out.append((i, src, np.searchsorted(src, t[start == s])))
+    return out
+
+# %% ../nbs/13_scoring.ipynb #b6672c6a
+class _LastLayerAt:
+    """`with _LastLayerAt(model) as last:` the last encoder layer of a BERT-family masked LM computes its output at one
+    position per row only, `last.pos`: keys and values at every position, the query, attention output and feed-forward
+    there alone, so `model.base_model(...)` returns `[rows, 1, hidden]`. Another model runs unchanged (`last.active` is
+    False). `last.pick(hidden)` is the hidden state at `pos` either way."""
+    KINDS = ('BertLayer', 'RobertaLayer', 'RobertaPreLayerNormLayer', 'ElectraLayer')
+    def __init__(self, model):
+        layers = getattr(getattr(model.base_model, 'encoder', None), 'layer', None)
+        self.layer = layers[-1] if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+        self.active = (type(self.layer).__name__ in self.KINDS and not self.layer.is_decoder
+                       and model.config._attn_implementation in ('sdpa', 'eager'))
+        self.pos = None
+    def __enter__(self):
+        if self.active: self.layer.forward = self.forward         # an instance attribute: the module's own forward is untouched
+        return self
+    def __exit__(self, *exc):
+        if self.active: del self.layer.forward
+    def pick(self, hidden):
+        return hidden[:, 0] if self.active else hidden[torch.arange(len(hidden), device=hidden.device), self.pos]
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        att, sa = self.layer.attention, self.layer.attention.self
+        n, rows = len(hidden_states), torch.arange(len(hidden_states), device=hidden_states.device)
+        x = att.LayerNorm(hidden_states) if hasattr(att, 'LayerNorm') else hidden_states      # pre-LN: the norm before attention
+        heads = lambda t: t.view(n, -1, sa.num_attention_heads, sa.attention_head_size).transpose(1, 2)
+        q, k, v = heads(sa.query(x[rows, self.pos])), heads(sa.key(x)), heads(sa.value(x))
+        if attention_mask is not None and attention_mask.shape[-2] > 1:                         # [rows, 1, query, key]: the query's row
+            attention_mask = attention_mask.expand(n, -1, -1, -1)[rows, :, self.pos][:, :, None]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=sa.scaling)
+        a = att.output(o.transpose(1, 2).reshape(n, 1, -1), hidden_states[rows, self.pos][:, None])
+        return self.layer.feed_forward_chunk(a)
 
 # %% ../nbs/13_scoring.ipynb #9ffcb354
-@torch.no_grad()
+@torch.inference_mode()
 def masked_pll(model,                    # a transformers `*ForMaskedLM` model (for an ELECTRA run: its generator)
                tokenizer,                # its fast tokenizer (word ids and a mask token are needed)
                sentences,                # a string or a list of strings
                word_l2r: bool = False,   # also mask the later pieces of the scored token's word (PLL-word-l2r)
                max_copies: int = 128,    # the most masked copies per forward pass (lower it when memory is short)
+               window: int | None = None,# a longer sentence is scored in windows of this many positions; None: the model's positions
+               stride: int | None = None,# windows start every `stride` tokens; None: half the tokens a window holds besides its special ones
                progress: bool = False,   # show a progress bar
               ) -> pd.DataFrame:         # one row per scored token: sentence, token_index, position, token, token_id, word, score
     """Masked pseudo-log-likelihood (Salazar et al. 2020) of each token of `sentences`: one copy per token with that
     token masked (`word_l2r=True`: also the later pieces of its word, Kauf & Ivanova 2023's PLL-word-l2r). At most
-    `max_copies` masked copies go through the model per forward pass. Returns the tidy token frame."""
+    `max_copies` masked copies go through the model per forward pass. A sentence longer than `window` positions is
+    scored in windows `stride` tokens apart, each token in the one where it has the most context on its shorter side
+    (see *Long sentences*). Returns the tidy token frame."""
     if max_copies < 1: raise NlEmbryoError(f"max_copies must be at least 1, got {max_copies}", "use e.g. 128 (lower it when memory is short)")
     head = _head(model)
-    ids, targets, words, _ = _encode(model, tokenizer, sentences)
-    device = next(model.parameters()).device
-    lens = np.array([len(r) for r in ids]); L = int(lens.max())
+    ids, targets, words, _ = _encode(tokenizer, sentences)
+    wins = _windows(model, ids, targets, window, stride)
+    lens = np.array([len(src) for _, src, _ in wins], dtype=np.int64)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    all_ids = torch.full((len(ids), L), pad, dtype=torch.long)
-    all_words = torch.full((len(ids), L), -1, dtype=torch.long)
-    for i, (r, w) in enumerate(zip(ids, words)):
-        all_ids[i, :len(r)] = torch.tensor(r); all_words[i, :len(w)] = torch.tensor(w)
-    order = np.argsort(-lens, kind='stable')
-    sent = np.array([i for i in order for _ in targets[i]], dtype=np.int64)
-    pos = np.array([p for i in order for p in targets[i]], dtype=np.int64)
-    tidx = np.array([k for i in order for k in range(len(targets[i]))], dtype=np.int64)
-    scores = np.empty(len(pos), dtype=np.float64)
+    all_ids = _pad_rows([np.asarray(ids[i])[src] for i, src, _ in wins], pad)                      # each window's ids
+    all_words = _pad_rows([np.asarray(words[i])[src] for i, src, _ in wins], -1)
+    row = np.repeat(np.arange(len(wins)), [len(sc) for *_, sc in wins])     # each masked copy: its window, position there
+    loc = np.concatenate([sc for *_, sc in wins] + [np.zeros(0, np.int64)])
+    pos = np.concatenate([src[sc] for _, src, sc in wins] + [np.zeros(0, np.int64)])   # ... and in its sentence
+    order = np.argsort(-lens[row], kind='stable')                          # longest windows first: little padding
+    row, loc, pos = row[order], loc[order], pos[order]
+    scores, device = np.empty(len(row), dtype=np.float64), next(model.parameters()).device
     was_training = model.training; model.eval()
     try:
-        for a in tqdm(range(0, len(pos), max_copies), desc='masked PLL', disable=not progress, unit='pass'):
-            s_, p_ = torch.from_numpy(sent[a:a + max_copies]), torch.from_numpy(pos[a:a + max_copies])
-            n = len(s_); width = int(lens[sent[a:a + max_copies]].max())
-            base = all_ids[s_, :width]
-            rows = torch.arange(n)
-            masked = base.clone(); masked[rows, p_] = tokenizer.mask_token_id
-            if word_l2r:
-                w = all_words[s_, :width]; wt = w[rows, p_]
-                later = (w == wt[:, None]) & (torch.arange(width)[None, :] > p_[:, None]) & (wt[:, None] >= 0)
-                masked[later] = tokenizer.mask_token_id
-            att = (torch.arange(width)[None, :] < torch.from_numpy(lens[sent[a:a + max_copies]])[:, None]).long()
-            hidden = model.base_model(input_ids=masked.to(device), attention_mask=att.to(device)).last_hidden_state
-            logits = head(hidden[rows.to(device), p_.to(device)]).float()
-            scores[a:a + n] = F.log_softmax(logits, -1).gather(1, base[rows, p_].to(device)[:, None])[:, 0].cpu().numpy()
+        with _LastLayerAt(model) as last:
+            for a in tqdm(range(0, len(row), max_copies), desc='masked PLL', disable=not progress, unit='pass'):
+                r_, p_ = torch.from_numpy(row[a:a + max_copies]), torch.from_numpy(loc[a:a + max_copies])
+                n, width, rows = len(r_), int(lens[row[a:a + max_copies]].max()), torch.arange(len(r_))
+                base = all_ids[r_, :width]
+                masked = base.clone(); masked[rows, p_] = tokenizer.mask_token_id
+                if word_l2r:
+                    w = all_words[r_, :width]; wt = w[rows, p_]
+                    masked[(w == wt[:, None]) & (torch.arange(width)[None, :] > p_[:, None]) & (wt[:, None] >= 0)] = tokenizer.mask_token_id
+                att = (torch.arange(width)[None, :] < torch.from_numpy(lens[row[a:a + max_copies]])[:, None]).long()
+                last.pos = p_.to(device)
+                hidden = last.pick(model.base_model(input_ids=masked.to(device), attention_mask=att.to(device)).last_hidden_state)
+                logits = head(hidden).float()
+                scores[a:a + n] = F.log_softmax(logits, -1).gather(1, base[rows, p_].to(device)[:, None])[:, 0].cpu().numpy()
     finally: model.train(was_training)
-    back = np.lexsort((pos, sent))
-    return _frame(tokenizer, ids, sent[back].tolist(), pos[back].tolist(), tidx[back].tolist(), scores[back], words)
+    return _frame(tokenizer, ids, words, np.array([i for i, *_ in wins], dtype=np.int64)[row], pos, scores)
 
+# %% ../nbs/13_scoring.ipynb #a6eecbcc
 def sentence_scores(tokens: pd.DataFrame,  # a token frame of `masked_pll`, `script_pll` or `causal_ll`
                     sentences=None,        # the scored sentences, to add as a `text` column; None: no text
                    ) -> pd.DataFrame:
@@ -124,39 +213,52 @@ def sentence_scores(tokens: pd.DataFrame,  # a token frame of `masked_pll`, `scr
     if sentences is not None: out.insert(1, 'text', [list(sentences)[i] for i in out.sentence])
     return out
 
+# %% ../nbs/13_scoring.ipynb #eb9bc02f
+def _padded_batches(rows: list,           # lists of ids (a sentence or a window of one)
+                    pad: int,             # the id to pad with
+                    batch_size: int,      # rows per batch
+                    desc: str,            # the progress bar's label
+                    progress: bool = False,
+                   ):                     # yields `(indices of the batch's rows, ids [batch, longest], attention mask)`
+    "`rows` in batches of `batch_size`, longest first, each padded to its longest row."
+    order = np.argsort([-len(r) for r in rows], kind='stable')
+    for a in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress, unit='batch'):
+        batch = order[a:a + batch_size]
+        x = _pad_rows([rows[i] for i in batch], pad)
+        yield batch, x, (torch.arange(x.shape[1])[None, :] < torch.tensor([len(rows[i]) for i in batch])[:, None]).long()
+
 # %% ../nbs/13_scoring.ipynb #05b6691a
-@torch.no_grad()
-def script_pll(model,                   # a transformers `*ForMaskedLM` model (trained with SCRIPT, for the score to mean a PLL)
-               tokenizer,               # its fast tokenizer
-               sentences,               # a string or a list of strings
-               batch_size: int = 32,    # sentences per forward pass
-               progress: bool = False,  # show a progress bar
-              ) -> pd.DataFrame:        # the tidy token frame, as `masked_pll` returns it
-    "SCRIPT's single-forward pseudo-log-likelihood (paper 004, eq. 7): `log sigmoid(logsumexp(logits_t))` for each token of `sentences`, as the tidy token frame."
+@torch.inference_mode()
+def script_pll(model,                    # a transformers `*ForMaskedLM` model (trained with SCRIPT, for the score to mean a PLL)
+               tokenizer,                # its fast tokenizer
+               sentences,                # a string or a list of strings
+               batch_size: int = 32,     # sentences (or windows of a long one) per forward pass
+               window: int | None = None,# a longer sentence is scored in windows of this many positions; None: the model's positions
+               stride: int | None = None,# windows start every `stride` tokens; None: half the tokens a window holds besides its special ones
+               progress: bool = False,   # show a progress bar
+              ) -> pd.DataFrame:         # the tidy token frame, as `masked_pll` returns it
+    """SCRIPT's single-forward pseudo-log-likelihood (paper 004, eq. 7): `log sigmoid(logsumexp(logits_t))` for each token
+    of `sentences`, as the tidy token frame. A sentence longer than `window` positions is scored in windows, each token
+    in the one where it has the most context on its shorter side (as `masked_pll`; one pass per window)."""
     if batch_size < 1: raise NlEmbryoError(f"batch_size must be at least 1, got {batch_size}", "use e.g. 32")
     head = _head(model)
-    ids, targets, words, _ = _encode(model, tokenizer, sentences)
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    order = np.argsort([-len(r) for r in ids], kind='stable')
-    sent, pos, tidx, scores = [], [], [], []
+    ids, targets, words, _ = _encode(tokenizer, sentences)
+    wins = _windows(model, ids, targets, window, stride)
+    device, pad = next(model.parameters()).device, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    sent, pos, scores = [], [], []
     was_training = model.training; model.eval()
     try:
-        for a in tqdm(range(0, len(order), batch_size), desc='SCRIPT PLL', disable=not progress, unit='batch'):
-            batch = order[a:a + batch_size]; width = max(len(ids[i]) for i in batch)
-            x = torch.full((len(batch), width), pad, dtype=torch.long); att = torch.zeros_like(x)
-            for r, i in enumerate(batch): x[r, :len(ids[i])] = torch.tensor(ids[i]); att[r, :len(ids[i])] = 1
+        for batch, x, att in _padded_batches([np.asarray(ids[i])[src] for i, src, _ in wins], pad, batch_size, 'SCRIPT PLL', progress):
             sel = torch.zeros_like(x, dtype=torch.bool)
-            for r, i in enumerate(batch): sel[r, targets[i]] = True
+            for r, b in enumerate(batch): sel[r, torch.from_numpy(wins[b][2])] = True
             hidden = model.base_model(input_ids=x.to(device), attention_mask=att.to(device)).last_hidden_state
-            log_z = torch.logsumexp(head(hidden[sel.to(device)]).float(), -1)
-            scores.append(F.logsigmoid(log_z).cpu().numpy())
-            for i in batch: sent += [int(i)] * len(targets[i]); pos += targets[i]; tidx += list(range(len(targets[i])))
+            scores.append(F.logsigmoid(torch.logsumexp(head(hidden[sel.to(device)]).float(), -1)).cpu().numpy())
+            for b in batch: i, src, sc = wins[b]; sent.append(np.full(len(sc), i)); pos.append(src[sc])
     finally: model.train(was_training)
-    scores = np.concatenate(scores)
-    back = np.lexsort((np.asarray(pos), np.asarray(sent)))
-    return _frame(tokenizer, ids, np.asarray(sent)[back].tolist(), np.asarray(pos)[back].tolist(), np.asarray(tidx)[back].tolist(), scores[back], words)
+    cat = lambda a: np.concatenate(a) if a else np.zeros(0)
+    return _frame(tokenizer, ids, words, cat(sent), cat(pos), cat(scores))
 
+# %% ../nbs/13_scoring.ipynb #574e737b
 def compare_pll(a: pd.DataFrame,  # a token frame (`masked_pll` or `script_pll`)
                 b: pd.DataFrame,  # another, of the same sentences and tokenizer (rows match on sentence and position)
                ) -> pd.DataFrame: # one row per level (token, sentence): pearson, spearman, n
@@ -173,49 +275,50 @@ def compare_pll(a: pd.DataFrame,  # a token frame (`masked_pll` or `script_pll`)
     return pd.DataFrame(rows)
 
 # %% ../nbs/13_scoring.ipynb #ea38a8e8
-@torch.no_grad()
+@torch.inference_mode()
 def causal_ll(model,                      # a transformers causal LM (`is_causal`: `*ForCausalLM`, `GPT2LMHeadModel`)
               tokenizer,                  # its fast tokenizer
               sentences,                  # a string or a list of strings
-              batch_size: int = 32,       # sentences per forward pass
+              batch_size: int = 32,       # sentences (or windows of a long one) per forward pass
               bos_id: int | None = None,  # the id the first token is predicted from (put before an encoding that does not start with it); None: [CLS], else BOS
+              window: int | None = None,  # a longer sentence is scored in windows of this many positions; None: the model's positions
+              stride: int | None = None,  # windows start every `stride` tokens; None: half the tokens a window holds besides its start token
               progress: bool = False,     # show a progress bar
              ) -> pd.DataFrame:           # the tidy token frame, as `masked_pll` returns it
-    "A causal LM's exact log-likelihood: `log p(x_t | x_<t)` for each non-special token of `sentences` (the first given `bos_id`), as the tidy token frame."
+    """A causal LM's exact log-likelihood: `log p(x_t | x_<t)` for each non-special token of `sentences` (the first given
+    `bos_id`), as the tidy token frame. A sentence longer than `window` positions is scored with the strided sliding
+    window: each window starts with the start token, and each token is scored in the first window that holds it."""
     if batch_size < 1: raise NlEmbryoError(f"batch_size must be at least 1, got {batch_size}", "use e.g. 32")
     if not is_causal(model): raise NlEmbryoError(f"{type(model).__name__} is not a causal LM: it defines no left-to-right likelihood",
                                                  "score a masked LM with masked_pll, or with score_sentences, which picks the score for the model")
     head = lm_head(model)
-    ids, targets, words, _ = _encode(model, tokenizer, sentences, need_mask=False)
+    ids, targets, words, _ = _encode(tokenizer, sentences, need_mask=False)
     bos = bos_id if bos_id is not None else tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     if bos is None: raise NlEmbryoError("the tokenizer has neither a [CLS] nor a BOS token to predict the first token from", "pass bos_id=")
     for i, r in enumerate(ids):
         if r[0] != bos: ids[i], targets[i], words[i] = [bos] + r, [p + 1 for p in targets[i]], [-1] + words[i]
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    order = np.argsort([-len(r) for r in ids], kind='stable')
-    sent, pos, tidx, scores = [], [], [], []
+    wins = _windows(model, ids, targets, window, stride, causal=True)
+    device, pad = next(model.parameters()).device, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    sent, pos, scores = [], [], []
     was_training = model.training; model.eval()
     try:
-        for a in tqdm(range(0, len(order), batch_size), desc='causal LL', disable=not progress, unit='batch'):
-            batch = order[a:a + batch_size]; width = max(len(ids[i]) for i in batch)
-            x = torch.full((len(batch), width), pad, dtype=torch.long); att = torch.zeros_like(x)
+        for batch, x, att in _padded_batches([np.asarray(ids[i])[src] for i, src, _ in wins], pad, batch_size, 'causal LL', progress):
             sel = torch.zeros_like(x, dtype=torch.bool)
-            for r, i in enumerate(batch): x[r, :len(ids[i])] = torch.tensor(ids[i]); att[r, :len(ids[i])] = 1; sel[r, targets[i]] = True
+            for r, b in enumerate(batch): sel[r, torch.from_numpy(wins[b][2])] = True
             before = torch.zeros_like(sel); before[:, :-1] = sel[:, 1:]           # the position before a scored token predicts it
             hidden = model.base_model(input_ids=x.to(device), attention_mask=att.to(device)).last_hidden_state
             logits = head(hidden[before.to(device)]).float()
             scores.append(F.log_softmax(logits, -1).gather(1, x[sel].to(device)[:, None])[:, 0].cpu().numpy())
-            for i in batch: sent += [int(i)] * len(targets[i]); pos += targets[i]; tidx += list(range(len(targets[i])))
+            for b in batch: i, src, sc = wins[b]; sent.append(np.full(len(sc), i)); pos.append(src[sc])
     finally: model.train(was_training)
-    back = np.lexsort((np.asarray(pos), np.asarray(sent)))
-    return _frame(tokenizer, ids, np.asarray(sent)[back].tolist(), np.asarray(pos)[back].tolist(), np.asarray(tidx)[back].tolist(), np.concatenate(scores)[back], words)
+    cat = lambda a: np.concatenate(a) if a else np.zeros(0)
+    return _frame(tokenizer, ids, words, cat(sent), cat(pos), cat(scores))
 
 # %% ../nbs/13_scoring.ipynb #1469b358
 def score_sentences(model,      # a causal LM or a `*ForMaskedLM` model (for an ELECTRA run: its generator)
                     tokenizer,  # its fast tokenizer
                     sentences,  # a string or a list of strings
-                    **kwargs,   # options of the scorer: `causal_ll`'s (batch_size, bos_id) or `masked_pll`'s (word_l2r, max_copies); progress
+                    **kwargs,   # options of the scorer: `causal_ll`'s (batch_size, bos_id) or `masked_pll`'s (word_l2r, max_copies); window, stride, progress
                    ) -> pd.DataFrame:  # the tidy token frame
     "The token frame of `sentences` under `model`: `causal_ll` (exact log-likelihood) for a causal LM (`is_causal`), else `masked_pll` (pseudo-log-likelihood)."
     return (causal_ll if is_causal(model) else masked_pll)(model, tokenizer, sentences, **kwargs)

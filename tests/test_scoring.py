@@ -83,11 +83,45 @@ def test_sentence_scores_and_script_pll_is_eq7(bert):
 
 def test_bad_inputs_say_what_to_do(bert):
     model, tok = bert
-    with pytest.raises(NlEmbryoError, match='at most 64'): masked_pll(model, tok, ['word ' * 100])
+    with pytest.raises(NlEmbryoError, match='window=2'): masked_pll(model, tok, SENTENCES, window=2)
+    with pytest.raises(NlEmbryoError, match="window=65 is longer than the model's 64"): script_pll(model, tok, SENTENCES, window=65)
+    with pytest.raises(NlEmbryoError, match='stride'): masked_pll(model, tok, ['word ' * 100], stride=63)
     with pytest.raises(NlEmbryoError, match='no sentences'): masked_pll(model, tok, [])
     with pytest.raises(NlEmbryoError, match='not a string'): masked_pll(model, tok, ['fine', 3])
     with pytest.raises(NlEmbryoError, match='max_copies'): masked_pll(model, tok, SENTENCES, max_copies=0)
     with pytest.raises(NlEmbryoError, match='masked-LM head'): masked_pll(model.bert, tok, SENTENCES)
+
+
+def test_long_sentences_are_scored_in_windows(english_tokenizer):
+    """A sentence longer than the model's 32 positions: one finite score per token from every scorer; a window of the
+    model's size changes nothing for sentences that fit; a very long one goes through passes of at most max_copies rows
+    of at most the model's positions."""
+    tok = english_tokenizer
+    torch.manual_seed(0)
+    model = build_model('bert', 'mini', vocab_size=len(tok), max_position=32).eval()
+    long = ' '.join(SENTENCES * 3)
+    n = len(tok(long)['input_ids'])
+    assert n > 3 * 32
+    for got in (masked_pll(model, tok, [long, SENTENCES[0]], max_copies=50), masked_pll(model, tok, [long], word_l2r=True, stride=1),
+                script_pll(model, tok, [long, SENTENCES[0]], batch_size=2)):
+        g = got[got.sentence == 0]
+        assert len(g) == n - 2 and (g.position.values == np.arange(1, n - 1)).all() and np.isfinite(got.score).all()
+    assert masked_pll(model, tok, SENTENCES).equals(masked_pll(model, tok, SENTENCES, window=32, stride=5))
+    # the first tokens of the long sentence, far from its first window's end, see the same input as that window alone
+    first = tok.decode(tok(long, add_special_tokens=False)['input_ids'][:30])
+    assert len(tok(first)['input_ids']) == 32
+    np.testing.assert_allclose(masked_pll(model, tok, [long]).score.values[:5], masked_pll(model, tok, [first]).score.values[:5], atol=1e-5)
+    gpt = build_model('gpt-neox', 'mini', vocab_size=len(tok), max_position=32).eval()
+    c = causal_ll(gpt, tok, [long, SENTENCES[0]])
+    assert (c.sentence == 0).sum() == n - 2 and np.isfinite(c.score).all()
+    np.testing.assert_allclose(c[c.sentence == 1].score, causal_ll(gpt, tok, SENTENCES[:1]).score, atol=1e-6)
+    shapes = []
+    hook = model.base_model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw['input_ids'].shape)), with_kwargs=True)
+    huge = ' '.join(SENTENCES * 20)                                  # ~750 tokens
+    try: h = masked_pll(model, tok, [huge], max_copies=16)
+    finally: hook.remove()
+    assert len(h) == len(tok(huge)['input_ids']) - 2 and np.isfinite(h.score).all()
+    assert max(r for r, _ in shapes) == 16 and max(w for _, w in shapes) == 32
 
 
 def test_causal_ll_is_transformers_own_next_token_loss(bert, english_tokenizer):
