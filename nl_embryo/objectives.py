@@ -220,19 +220,22 @@ class _LinearLogSumExp(torch.autograd.Function):
         out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
         for s in range(0, x.shape[0], chunk):                                   # (chunk, V) logits at a time
             out[s:s + chunk] = torch.logsumexp(F.linear(x[s:s + chunk], weight, bias).float(), -1)
+        dev = x.device.type                                                     # the products' precision: autocast's (bf16) when it is on
+        ctx.cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
         ctx.save_for_backward(x, weight, bias, out); ctx.chunk = chunk
         return out
 
     @staticmethod
     @torch.amp.custom_bwd(device_type='cuda')
     def backward(ctx, grad):
-        x, weight, bias, lse = ctx.saved_tensors; c = ctx.chunk
+        x, weight, bias, lse = ctx.saved_tensors; c, cdt = ctx.chunk, ctx.cdt
         gx = torch.empty_like(x); gw = torch.zeros_like(weight, dtype=torch.float32); gb = torch.zeros_like(bias, dtype=torch.float32)
-        w, b = weight.to(x.dtype), bias.to(x.dtype)      # the forward's precision (bf16 under autocast), which a CPU backward does not restore
+        xc, w, b = x.to(cdt), weight.to(cdt), bias.to(cdt)    # the forward's precision, which a CPU backward does not restore
         for s in range(0, x.shape[0], c):                                      # d lse / d logits = softmax: recomputed per chunk
-            p = F.linear(x[s:s + c], w, b).float().sub_(lse[s:s + c, None]).exp_().mul_(grad[s:s + c, None])
-            gx[s:s + c] = (p.to(weight.dtype) @ weight).to(x.dtype)
-            gw.addmm_(p.t(), x[s:s + c].float()); gb += p.sum(0)
+            p = F.linear(xc[s:s + c], w, b).float().sub_(lse[s:s + c, None]).exp_().mul_(grad[s:s + c, None])
+            pc = p.to(cdt)                                                     # all three products in that precision, as autocast's own
+            gx[s:s + c] = (pc @ w).to(x.dtype)                                 # backward of a linear layer would run them
+            gw += (pc.t() @ xc[s:s + c]).float(); gb += p.sum(0)
         return gx, gw.to(weight.dtype), gb.to(bias.dtype), None
 
 # %% ../nbs/04a_objectives.ipynb #2207b242
