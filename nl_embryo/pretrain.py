@@ -761,6 +761,7 @@ def check_out_folder(out,                   # the run folder (`PretrainConfig.ou
 def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `PretrainConfig()`)
              resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly)
              quiet: bool = False,                # no progress bar and no messages
+             on_step=None,                       # called with each optimizer step's metrics row (a dict) once it is logged
              **overrides,                        # options that replace those of `cfg`, e.g. steps=100
             ) -> Path:                           # the run folder
     "Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path."
@@ -807,6 +808,7 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
         if step + 1 in ck_steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0): row.update(evaluate())
         log(row)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
+        if on_step is not None: on_step(row)
         if step + 1 in ck_steps:
             save(step + 1); last_good = step + 1
     bar.close()
