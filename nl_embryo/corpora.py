@@ -4,24 +4,25 @@
 
 # %% ../nbs/02_corpora.ipynb #5a9f8a42
 from __future__ import annotations
-import hashlib, json, random, time, warnings
+import hashlib, json, random, re, time, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_dir, cache_path, human_size
-from .splits import eval_sentences, sentence_loader, take_split, SPLIT_VERSION
+from .splits import TextSource, eval_sentences, register_text_source, sentence_loader, take_split, text_source, SPLIT_VERSION
 from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CORPORA', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
+__all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
            'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus',
            'check_nested', 'push_rate', 'train_wordpiece', 'canonical_ids', 'char_tokenizer', 'tokenizer_hash',
-           'pack_blocks', 'CorpusSpec', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'PackedCorpus',
-           'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
+           'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus', 'tokenizer_dir',
+           'get_tokenizer', 'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir', 'build_corpus',
+           'load_corpus', 'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -269,6 +270,7 @@ class CorpusSpec:
     source: Callable            # `(n_tokens, seed, tokenizer, split) -> sequences`: texts, or id arrays when artificial
     artificial: bool = False    # generated in the English id space, `n_tokens` tokens (the sequences are id arrays)
     split_sources: tuple = ()   # the split-registry sources of its train and eval documents (empty: a random eval draw)
+    fetch: tuple = ()           # the data sources (`nl_embryo.data` names) it reads besides its split sources' (code, proteins)
 
 # %% ../nbs/02_corpora.ipynb #16b977d3
 def _registered_texts(*sources):
@@ -281,8 +283,6 @@ def _registered_texts(*sources):
             out += list(frame['text'])
         return out
     return texts
-
-_english_texts = _registered_texts('brown', 'sotu')
 
 # %% ../nbs/02_corpora.ipynb #0c223f6b
 def _split_source(texts_fn):
@@ -305,20 +305,70 @@ def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, dis
         return [seqs[i] for i in range(len(seqs))]
     return source
 
-# %% ../nbs/02_corpora.ipynb #cc4056b4
-CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
-    CorpusSpec('english', 'english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)',
-               _split_source(_english_texts), split_sources=('brown', 'sotu')),
-    CorpusSpec('brown', 'english', 'Brown corpus sentences, train documents (English, 0.93M words, 15 genres)',
-               _split_source(_registered_texts('brown')), split_sources=('brown',)),
-    CorpusSpec('sotu', 'english', 'State of the Union speeches 1790-2018, train documents (English, 1.43M words)',
-               _split_source(_registered_texts('sotu')), split_sources=('sotu',)),
-    CorpusSpec('turkish', 'turkish', 'Turkish UD treebank sentences, train documents (SOV word order; ~3,900 sentences)',
-               _split_source(_registered_texts('turkish')), split_sources=('turkish',)),
-    CorpusSpec('talmud', 'talmud', 'Babylonian and Jerusalem Talmuds, train tractates (Rabbinic Hebrew and Jewish Aramaic, ~2.2M words)',
-               _split_source(_registered_texts('talmud')), split_sources=('talmud',)),
-    CorpusSpec('code', 'code', 'Python standard library source, comments removed', _text_source(_code)),
-    CorpusSpec('protein', 'protein', 'protein sequences, one letter per amino acid', _text_source(_protein)),
+# %% ../nbs/02_corpora.ipynb #5bd81697
+class TokenizerSpec(NamedTuple):
+    "How a named tokenizer is made: what it is trained on (the train split only), its kind and options, and the data it reads."
+    texts: Callable | None      # `() -> list[str]`, its training texts (None for a character tokenizer)
+    kind: str = 'wordpiece'     # 'wordpiece' (trained) or 'char' (one id per character of `options['alphabet']`)
+    options: dict = {}          # wordpiece: `lowercase`; char: `alphabet`
+    fetch: tuple = ()           # the data sources (`nl_embryo.data` names) its training texts come from
+
+TOKENIZERS: dict[str, TokenizerSpec] = {}   # tokenizer name -> `TokenizerSpec`: filled by `register_corpus`
+TOKENIZER_VERSION = 3   # 2: trained on the train split of the split registry; 3: ids in canonical order (`canonical_ids`)
+
+# %% ../nbs/02_corpora.ipynb #4c2d39bf
+CORPORA: dict[str, CorpusSpec] = {}   # corpus name -> `CorpusSpec`: every named corpus, in the order registered
+
+def register_corpus(spec: CorpusSpec,                    # the corpus: its name must be new, or `replace`
+                    tokenizer: TokenizerSpec | None = None, # a new tokenizer, registered as `spec.tokenizer` (None: an existing one)
+                    replace: bool = False,               # replace a corpus (and its tokenizer) of the same name
+                   ) -> CorpusSpec:                      # the corpus, as registered
+    "Add a named corpus (and its own tokenizer) to `CORPORA` (and `TOKENIZERS`): `build_corpus`, `pretrain` and the command line then know it."
+    if not re.fullmatch(r'[a-z0-9][a-z0-9_+.-]*', spec.name):    # it names the corpus's cache folder
+        raise NlEmbryoError(f"corpus name {spec.name!r} is not lowercase letters, digits and '-', '_', '+', '.'", "rename it, e.g. 'my-corpus'")
+    if spec.name in CORPORA and not replace: raise NlEmbryoError(f"corpus {spec.name!r} is registered already", "choose another name, or pass replace=True")
+    if tokenizer is not None:
+        if spec.tokenizer in TOKENIZERS and not replace and TOKENIZERS[spec.tokenizer] != tokenizer:
+            raise NlEmbryoError(f"tokenizer {spec.tokenizer!r} is registered already", "name the corpus's own tokenizer differently, or pass replace=True")
+        TOKENIZERS[spec.tokenizer] = tokenizer
+    if spec.tokenizer not in TOKENIZERS:
+        raise NlEmbryoError(f"corpus {spec.name!r} names tokenizer {spec.tokenizer!r}, which is not registered",
+                            f"use one of: {', '.join(TOKENIZERS)}, or pass tokenizer=TokenizerSpec(...)")
+    for s in spec.split_sources: text_source(s)   # each must be in the split registry: raises, naming it
+    CORPORA[spec.name] = spec
+    return spec
+
+# %% ../nbs/02_corpora.ipynb #fe8442c6
+def register_text_corpus(name: str,                       # the corpus name
+                         description: str,                # one line on what it holds
+                         sources: tuple,                  # its texts: split-registry source names, or new `TextSource`s (registered here)
+                         tokenizer: str = 'english',      # a registered tokenizer, or 'own': a WordPiece trained on the corpus's train split, named `name`
+                         lowercase: bool = True,          # with tokenizer='own': lowercase the text (English) or keep case
+                         replace: bool = False,           # replace a corpus (and text sources, tokenizer) of the same names
+                        ) -> CorpusSpec:                  # the corpus, as registered
+    """A corpus of real text in one entry: its text sources join the split registry (their eval documents never train),
+    its tokenizer is an existing one or its own, and the corpus joins `CORPORA`."""
+    sources = (sources,) if isinstance(sources, (str, TextSource)) else tuple(sources)
+    names = tuple(register_text_source(s, replace=replace).name if isinstance(s, TextSource) else text_source(s).name for s in sources)
+    texts = _registered_texts(*names)
+    own = None
+    if tokenizer == 'own':
+        tokenizer = name
+        own = TokenizerSpec(lambda: texts('train'), 'wordpiece', dict(lowercase=lowercase), tuple(dict.fromkeys(f for s in names for f in text_source(s).fetch)))
+    return register_corpus(CorpusSpec(name, tokenizer, description, _split_source(texts), split_sources=names), own, replace)
+
+# %% ../nbs/02_corpora.ipynb #47dc366d
+register_text_corpus('english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)', ('brown', 'sotu'), tokenizer='own')
+register_text_corpus('brown', 'Brown corpus sentences, train documents (English, 0.93M words, 15 genres)', 'brown')
+register_text_corpus('sotu', 'State of the Union speeches 1790-2018, train documents (English, 1.43M words)', 'sotu')
+register_text_corpus('turkish', 'Turkish UD treebank sentences, train documents (SOV word order; ~3,900 sentences)', 'turkish', tokenizer='own', lowercase=False)
+register_text_corpus('talmud', 'Babylonian and Jerusalem Talmuds, train tractates (Rabbinic Hebrew and Jewish Aramaic, ~2.2M words)', 'talmud',
+                     tokenizer='own', lowercase=False)
+register_corpus(CorpusSpec('code', 'code', 'Python standard library source, comments removed', _text_source(_code), fetch=('code',)),
+                TokenizerSpec(_code, 'wordpiece', dict(lowercase=False), ('code',)))
+register_corpus(CorpusSpec('protein', 'protein', 'protein sequences, one letter per amino acid', _text_source(_protein), fetch=('protein-small',)),
+                TokenizerSpec(None, 'char', dict(alphabet='ACDEFGHIKLMNPQRSTUVWXYZ')))
+for _spec in [
     CorpusSpec('random', 'english', 'uniform random English token ids, sequences of 90-120', _artificial('iid', distribution='uniform'), True),
     CorpusSpec('zipf', 'english', 'English token ids drawn from the English unigram distribution, sequences of 90-120', _artificial('iid'), True),
     CorpusSpec('nested-zipf', 'english', 'nested stack language, tokens from the English unigram distribution', _artificial('stack'), True),
@@ -327,17 +377,7 @@ CORPORA: dict[str, CorpusSpec] = {c.name: c for c in [
     CorpusSpec('nested-zipf-500', 'english', 'nested stack language over only the first 500 English ids (Zipf)', _artificial('stack', 500), True),
     CorpusSpec('nested-zipf-5000', 'english', 'nested stack language over only the first 5000 English ids (Zipf)', _artificial('stack', 5000), True),
     CorpusSpec('flat-zipf', 'english', 'flat (crossing) pairing control of nested-zipf', _artificial('stack', nested=False), True),
-]}
-
-# %% ../nbs/02_corpora.ipynb #dfb33435
-TOKENIZERS = {  # name -> (training texts: the train split only, kind, options)
-    'english': (lambda: _english_texts('train'), 'wordpiece', dict(lowercase=True)),
-    'turkish': (lambda: _registered_texts('turkish')('train'), 'wordpiece', dict(lowercase=False)),
-    'talmud': (lambda: _registered_texts('talmud')('train'), 'wordpiece', dict(lowercase=False)),
-    'code': (_code, 'wordpiece', dict(lowercase=False)),
-    'protein': (None, 'char', dict(alphabet='ACDEFGHIKLMNPQRSTUVWXYZ')),
-}
-TOKENIZER_VERSION = 3   # 2: trained on the train split of the split registry; 3: ids in canonical order (`canonical_ids`)
+]: register_corpus(_spec)
 
 # %% ../nbs/02_corpora.ipynb #6413d270
 def _check_name(name, table, what):
@@ -349,7 +389,7 @@ def tokenizer_dir(name: str,              # a tokenizer of `TOKENIZERS`
                  ) -> Path:               # its folder under `cache/tokenizers/`
     "Where the tokenizer `name` of `vocab_size` pieces is cached (`cache/tokenizers/`)."
     _check_name(name, TOKENIZERS, 'tokenizer')
-    return cache_path('tokenizers', name if TOKENIZERS[name][1] == 'char' else f"{name}-{vocab_size}-t{TOKENIZER_VERSION}")
+    return cache_path('tokenizers', name if TOKENIZERS[name].kind == 'char' else f"{name}-{vocab_size}-t{TOKENIZER_VERSION}")
 
 def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english, turkish, talmud, code or protein
                   vocab_size: int = 8000, # the number of pieces of a WordPiece tokenizer (the protein one has an id per letter)
@@ -358,7 +398,7 @@ def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english
     "The trained tokenizer `name` (english, turkish, talmud, code, protein), trained on first use (on the train split) and cached in `cache/tokenizers/`."
     from transformers import AutoTokenizer
     _check_name(name, TOKENIZERS, 'tokenizer')
-    texts_fn, kind, opts = TOKENIZERS[name]
+    spec = TOKENIZERS[name]; texts_fn, kind, opts = spec.texts, spec.kind, spec.options
     folder = tokenizer_dir(name, vocab_size)
     if folder.exists() and not force: return AutoTokenizer.from_pretrained(folder)
     if kind == 'char': tok = char_tokenizer(opts['alphabet'])
@@ -387,6 +427,19 @@ def english_unigram(vocab_size: int = 8000, # the number of pieces of the Englis
     "Counts of each English token id over the train split of the English corpus (specials are 0): the distribution the Zipf corpora draw from."
     get_tokenizer('english', vocab_size)
     return np.load(tokenizer_dir('english', vocab_size)/'unigram.npy')
+
+# %% ../nbs/02_corpora.ipynb #99c34f7a
+def corpus_sources(corpus: str,             # a corpus of `CORPORA`
+                   vocab_size: int = 8000,  # the vocabulary of its tokenizer
+                  ) -> tuple:               # registered data source names, each once
+    "The registered data sources that building `corpus` reads: its documents', and its tokenizer's while that is not trained yet."
+    _check_name(corpus, CORPORA, 'corpus')
+    spec = CORPORA[corpus]
+    names = [*(f for s in spec.split_sources for f in text_source(s).fetch), *spec.fetch]
+    tokenizers = [(spec.tokenizer, vocab_size)] + ([('english', 8000)] if spec.artificial else [])   # Zipf corpora draw from the English unigram
+    for name, n in tokenizers:
+        if not tokenizer_dir(name, n).exists(): names += TOKENIZERS[name].fetch
+    return tuple(dict.fromkeys(names))
 
 # %% ../nbs/02_corpora.ipynb #37d20205
 CORPUS_FORMAT = 3   # 2: train blocks from the train split of the split registry, eval blocks from its eval split; 3: tokenizer ids in canonical order

@@ -87,10 +87,8 @@ def run_analyses(run_dir,                    # the run folder (or a `Run`)
                  steps=None,                 # the checkpoint steps to analyse (an int or a list); None: all
                  progress: bool = True,      # show progress bars and each analysis's closing line
                  analyses=None,              # the names of the analyses to run (None: the registered ones marked `default`)
-                 quiet: bool | None = None,  # the older spelling: True means `progress=False` (None: `progress` decides)
                 ) -> dict:                   # {analysis name: its rows for these steps, as `analyze` returns them}
     "Run the registered analyses (the default ones, or the names in `analyses`) over `steps` of the run: `{name: rows}`."
-    if quiet is not None: progress = not quiet
     reg = registry()
     names = [n for n, a in reg.items() if a.default] if analyses is None else list(analyses)
     if unknown := [n for n in names if n not in reg]:
@@ -229,14 +227,12 @@ def run_demo(out='runs/demo',                                     # the run fold
              progress: bool = True,                               # print progress, the checks and the timings
              analysis_steps: int | None = DEMO_ANALYSIS_STEPS,    # how many checkpoints to analyse (None or 0: no analyses)
              analyses=None,                                       # the names of the analyses to run (None: the registered default ones; `()`: none)
-             quiet: bool | None = None,                           # the older spelling: True means `progress=False` (None: `progress` decides)
              spread: str = DEMO_SPREAD,                           # how the analysed checkpoints spread over the steps: `linear` or `log`
              **overrides,                                         # `PretrainConfig` fields that replace the demo's (see `demo_config`)
             ) -> dict:                                            # `run` (the run folder), `checks` (`demo_checks`), `notebook` and `html` (the report)
     """The main job: fetch the data it reads (`DEMO_SOURCES`), build `english`, pre-train (resuming a previous demo), run the analyses
     (the registered default ones, or the names in `analyses`) over `analysis_steps` checkpoints spread on a `spread`
     scale (`None` or `analyses=()`: none), and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
-    if quiet is not None: progress = not quiet
     t0 = time.perf_counter()
     fetch(list(DEMO_SOURCES), quiet=not progress)     # what the demo reads; `nl-embryo data fetch` gets the rest of the default set
     cfg = demo_config(out, **overrides)

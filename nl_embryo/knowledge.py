@@ -19,7 +19,7 @@ from .core import NlEmbryoError, cache_path
 from .data import fetched_path
 from .models import is_causal, lm_head, max_positions, mlm_head
 from .timeline import Run, fingerprint
-from .corpora import CORPORA, CorpusSpec
+from .corpora import CORPORA, CorpusSpec, register_corpus
 
 # %% auto #0
 __all__ = ['RELATIONS', 'ISO_639_1', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries', 'single_token_counts',
@@ -126,7 +126,7 @@ def load_facts(relations=None,                      # a relation name or a list 
     order = {r: i for i, r in enumerate(relations)}
     return df.sort_values('relation', key=lambda s: s.map(order), kind='stable').reset_index(drop=True)
 
-# %% ../nbs/12_knowledge.ipynb #d4a02c42
+# %% ../nbs/12_knowledge.ipynb #c917d045
 def _fill(template: str, subject: str, obj: str) -> tuple[str, int, int]:
     "The filled template and the character span of the object."
     head, sep, tail = template.partition('[Y]')
@@ -134,6 +134,7 @@ def _fill(template: str, subject: str, obj: str) -> tuple[str, int, int]:
     head = head.replace('[X]', subject)
     return head + obj + tail.replace('[X]', subject), len(head), len(head) + len(obj)
 
+# %% ../nbs/12_knowledge.ipynb #856f575b
 def _answer_token(offsets, ids, start: int, end: int, text: str, unk_id) -> int | None:
     "The index of the one token that covers text[start:end] exactly (a leading space allowed), else None."
     cover = [j for j, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
@@ -143,6 +144,7 @@ def _answer_token(offsets, ids, start: int, end: int, text: str, unk_id) -> int 
     if a < start and text[a:start].strip(): return None       # it also covers a character before the answer
     return j
 
+# %% ../nbs/12_knowledge.ipynb #0cb7f76f
 def fact_queries(facts: pd.DataFrame,       # facts with relation, subject, object columns (see `load_facts`)
                  tokenizer,                 # a fast tokenizer with a mask token
                  templates: str = 'probe',  # probe | paraphrases | all
@@ -181,6 +183,7 @@ def fact_queries(facts: pd.DataFrame,       # facts with relation, subject, obje
                         query=query, input_ids=q, mask_index=j, target_id=ids[j]))
     return pd.DataFrame(out)
 
+# %% ../nbs/12_knowledge.ipynb #1264152e
 def single_token_counts(facts: pd.DataFrame,  # facts with relation, subject, object columns (see `load_facts`)
                         tokenizers: dict,     # `{name: fast tokenizer}`
                        ) -> pd.DataFrame:     # facts per relation (rows, and a `total` row): all of them, and those each tokenizer keeps
@@ -399,8 +402,7 @@ def inject_facts(facts: pd.DataFrame | None = None,      # the facts to inject (
     for p in _stale_builds(name, description):
         warnings.warn(f"removing {p}: a build of corpus {name!r} made with other injection options")
         shutil.rmtree(p, ignore_errors=True)
-    CORPORA[name] = spec
-    return spec
+    return register_corpus(spec, replace=True)
 
 # %% ../nbs/12_knowledge.ipynb #e9dc23cc
 def knowledge_data(run,                                 # the run (unused: the facts are the same for every run)

@@ -143,13 +143,14 @@ def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size:
     args.update(kw); args.update(overrides)
     return config_cls(**args)
 
-# %% ../nbs/03_models.ipynb #535315d4
+# %% ../nbs/03_models.ipynb #9420e11a
 def swiglu_size(intermediate: int,  # a preset's feed-forward size (two matrices, as in BERT and GPT-2)
                 multiple: int = 8,  # round up to a multiple of this
                ) -> int:
     "The gated (SwiGLU) MLP size of about the parameters of a two-matrix MLP of size `intermediate`: 2/3 of it, rounded up (Llama's rule)."
     return -(-round(2 * intermediate / 3) // multiple) * multiple
 
+# %% ../nbs/03_models.ipynb #4b20fcd0
 def _causal_config(arch: str, p: SizePreset, vocab_size: int, max_position: int, dropout: float, overrides: dict) -> PretrainedConfig:
     "The transformers config of a decoder-only `arch` (one of `CAUSAL_ARCHS`) at size `p` (embeddings of the hidden size: no factorisation)."
     H, A, I, L = p.hidden, p.heads, p.intermediate, p.layers
@@ -167,6 +168,42 @@ def _causal_config(arch: str, p: SizePreset, vocab_size: int, max_position: int,
                           max_position_embeddings=max_position, attention_dropout=dropout, architectures=['LlamaForCausalLM'], **common)
     for k, v in overrides.items(): setattr(cfg, k, v)
     return cfg
+
+# %% ../nbs/03_models.ipynb #18b8705f
+def _masked_config(arch: str, p: SizePreset, norm: str, common: dict) -> PretrainedConfig:
+    "The config of a single masked-LM `arch` (bert, roberta, albert, script) at size `p`, post- or pre-LayerNorm (`build_config` has checked that `arch` has the pre-LN variant); `common`: `_config`'s shared arguments."
+    E = p.embedding_size or p.hidden
+    size = dict(hidden=p.hidden, heads=p.heads, intermediate=p.intermediate)
+    if norm == 'pre':
+        if E != p.hidden:
+            raise NlEmbryoError(f"the pre-LayerNorm model has no factorised embeddings, but preset {p.name!r} asks for embedding_size={E}",
+                                "use norm='post' with this preset, or a preset without embedding_size")
+        cfg = _config('RobertaPreLayerNormForMaskedLM', arch, 'model', **size, **common)
+    elif arch in ('bert', 'script'):
+        if E == p.hidden: return _config('BertForMaskedLM', arch, 'model', **size, **common)
+        return _config('ElectraForMaskedLM', arch, 'model', **size, embedding_size=E, **common)
+    elif arch == 'albert':
+        return _config('AlbertForMaskedLM', arch, 'model', **size, embedding_size=p.embedding_size or ALBERT_EMBEDDING_SIZE,
+                       num_hidden_groups=1, inner_group_num=1, **common)
+    else: cfg = _config('RobertaForMaskedLM', arch, 'model', **size, **common)
+    if 'max_position_embeddings' not in common['overrides']: cfg.max_position_embeddings = common['max_position'] + cfg.pad_token_id + 1   # RoBERTa's position-id offset
+    return cfg
+
+# %% ../nbs/03_models.ipynb #36370472
+def _pair_config(arch: str, p: SizePreset, generator_fraction: float, common: dict) -> PairConfig:
+    "The generator and discriminator configs of an ELECTRA-style pair (electra, ale): the generator is the discriminator scaled by `generator_fraction`, sharing its embeddings."
+    if not 0 < generator_fraction <= 1:
+        raise NlEmbryoError(f"generator_fraction={generator_fraction} must lie in (0, 1]", "use 0.25 (paper 001) or 1/3 (ELECTRA-base)")
+    gen = dict(hidden=max(1, round(p.hidden * generator_fraction)), heads=max(1, round(p.heads * generator_fraction)),
+               intermediate=max(1, round(p.intermediate * generator_fraction)))
+    disc = dict(hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, num_labels=1)
+    if arch == 'electra':
+        E = p.embedding_size or p.hidden
+        return PairConfig(_config('ElectraForMaskedLM', arch, 'generator', **gen, embedding_size=E, **common),
+                          _config('ElectraForTokenClassification', arch, 'discriminator', **disc, embedding_size=E, **common))
+    albert = dict(embedding_size=p.embedding_size or ALBERT_EMBEDDING_SIZE, num_hidden_groups=1, inner_group_num=1)
+    return PairConfig(_config('AlbertForMaskedLM', arch, 'generator', **gen, **albert, **common),
+                      _config('AlbertForTokenClassification', arch, 'discriminator', **disc, **albert, **common))
 
 # %% ../nbs/03_models.ipynb #1f2b998b
 def build_config(arch: str,                         # the architecture, one of `ARCHS`
@@ -194,44 +231,12 @@ def build_config(arch: str,                         # the architecture, one of `
     norm = norm or 'post'
     if norm not in NORMS: raise NlEmbryoError(f"unknown norm {norm!r}", f"choose one of: {', '.join(NORMS)}")
     if not 0 <= dropout < 1: raise NlEmbryoError(f"dropout={dropout} must lie in [0, 1)", "use 0 (off) or 0.1 (BERT)")
-    E = p.embedding_size or p.hidden
+    if norm == 'pre' and arch not in PRE_LN_ARCHS:
+        raise NlEmbryoError(f"{arch} has no pre-LayerNorm variant in transformers",
+                            f"use norm='post' (--norm post) with {arch}, or a pre-LN architecture: {', '.join(PRE_LN_ARCHS)}")
     common = dict(preset=p, vocab_size=vocab_size, max_position=L, overrides=overrides, dropout=dropout)
-    if norm == 'pre':
-        if arch not in PRE_LN_ARCHS:
-            raise NlEmbryoError(f"{arch} has no pre-LayerNorm variant in transformers",
-                                f"use norm='post' (--norm post) with {arch}, or a pre-LN architecture: {', '.join(PRE_LN_ARCHS)}")
-        if E != p.hidden:
-            raise NlEmbryoError(f"the pre-LayerNorm model has no factorised embeddings, but preset {p.name!r} asks for embedding_size={E}",
-                                "use norm='post' with this preset, or a preset without embedding_size")
-        cfg = _config('RobertaPreLayerNormForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common)
-        if 'max_position_embeddings' not in overrides: cfg.max_position_embeddings = L + cfg.pad_token_id + 1   # RoBERTa's position-id offset
-        return cfg
-    if arch in ('bert', 'script'):
-        if E == p.hidden: return _config('BertForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common)
-        return _config('ElectraForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, embedding_size=E, **common)
-    if arch == 'roberta':
-        cfg = _config('RobertaForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common)
-        if 'max_position_embeddings' not in overrides: cfg.max_position_embeddings = L + cfg.pad_token_id + 1   # position-id offset
-        return cfg
-    if arch == 'albert':
-        return _config('AlbertForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate,
-                       embedding_size=p.embedding_size or ALBERT_EMBEDDING_SIZE, num_hidden_groups=1, inner_group_num=1, **common)
-    # ELECTRA-style pairs: the generator is the discriminator scaled by generator_fraction, sharing its embeddings
-    if not 0 < generator_fraction <= 1:
-        raise NlEmbryoError(f"generator_fraction={generator_fraction} must lie in (0, 1]", "use 0.25 (paper 001) or 1/3 (ELECTRA-base)")
-    g_hidden, g_heads = max(1, round(p.hidden * generator_fraction)), max(1, round(p.heads * generator_fraction))
-    g_inter = max(1, round(p.intermediate * generator_fraction))
-    if arch == 'electra':
-        return PairConfig(
-            _config('ElectraForMaskedLM', arch, 'generator', hidden=g_hidden, heads=g_heads, intermediate=g_inter, embedding_size=E, **common),
-            _config('ElectraForTokenClassification', arch, 'discriminator', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate,
-                    embedding_size=E, num_labels=1, **common))
-    E = p.embedding_size or ALBERT_EMBEDDING_SIZE
-    albert = dict(embedding_size=E, num_hidden_groups=1, inner_group_num=1)
-    return PairConfig(
-        _config('AlbertForMaskedLM', arch, 'generator', hidden=g_hidden, heads=g_heads, intermediate=g_inter, **albert, **common),
-        _config('AlbertForTokenClassification', arch, 'discriminator', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate,
-                num_labels=1, **albert, **common))
+    if ARCHITECTURES[arch].pair: return _pair_config(arch, p, generator_fraction, common)
+    return _masked_config(arch, p, norm, common)
 
 # %% ../nbs/03_models.ipynb #f62f6b25
 @contextlib.contextmanager

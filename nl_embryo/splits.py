@@ -5,6 +5,8 @@
 # %% ../nbs/01a_splits.ipynb #18ba5de6
 from __future__ import annotations
 import functools, hashlib, re
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -14,9 +16,9 @@ from .data import load_brown_sentences, load_sotu, load_turkish_sentences, load_
 from . import data
 
 # %% auto #0
-__all__ = ['EVAL_FRACTION', 'SPLIT_VERSION', 'SPLITS', 'SPLIT_SOURCES', 'ENGLISH_SOURCES', 'SHARED_TEXT', 'document_splits',
-           'sotu_doc', 'turkish_doc', 'sentence_loader', 'split_table', 'take_split', 'text_key', 'train_keys',
-           'english_train_keys', 'eval_sentences', 'eval_sentence_ids']
+__all__ = ['EVAL_FRACTION', 'SPLIT_VERSION', 'SPLITS', 'SPLIT_SOURCES', 'ENGLISH_SOURCES', 'document_splits', 'sotu_doc',
+           'turkish_doc', 'TextSource', 'register_text_source', 'sentence_loader', 'text_source', 'split_table',
+           'take_split', 'text_key', 'train_keys', 'english_train_keys', 'eval_sentences', 'eval_sentence_ids']
 
 # %% ../nbs/01a_splits.ipynb #16ff9997
 EVAL_FRACTION = 0.2
@@ -77,27 +79,60 @@ def _talmud_docs() -> pd.DataFrame:
     s = load_talmud_sentences().drop_duplicates('tractate')
     return pd.DataFrame({'doc': s['tractate'].values, 'group': s['order'].astype(str).values})
 
-# %% ../nbs/01a_splits.ipynb #4d3b5305
-SPLIT_SOURCES = {   # source -> (documents and strata, the document of each row of the source's frames)
-    'brown': (_brown_docs, lambda df: df['doc_id'].astype(str)),
-    'sotu': (_sotu_docs, lambda df: sotu_doc(df['year'], df['president'])),
-    'turkish': (_turkish_docs, lambda df: turkish_doc(df['sent_id'])),
-    'talmud': (_talmud_docs, lambda df: df['tractate'].astype(str)),
-}
+# %% ../nbs/01a_splits.ipynb #3d6b184f
+@dataclass(frozen=True)
+class TextSource:
+    "One entry of the split registry: a text source, its documents, and how each sentence finds its document."
+    name: str                 # the source's name in `SPLIT_SOURCES` (hashed with each document to draw the split)
+    sentences: Callable       # `() -> DataFrame`: the sentence frame, with `text` and the column(s) `doc_of` reads
+    documents: Callable       # `() -> DataFrame`: one row per document, columns `doc` and `group` (the stratum the split is drawn within)
+    doc_of: Callable          # `frame -> Series`: the document of each row of a sentence frame
+    fetch: tuple = ()         # the data sources (`nl_embryo.data.fetch` names) the loader reads
+    shared_text: tuple = ()   # the sources whose train sentences its eval sentences must avoid (where the same text recurs)
 
-def sentence_loader(source: str,  # a source with a registered split: brown, sotu, turkish or talmud
-                    ):
-    "The sentence loader of a registered source (`nl_embryo.data.load_<source>_sentences`)."
-    if source not in SPLIT_SOURCES: raise NlEmbryoError(f"source {source!r} has no registered split", f"choose from: {', '.join(SPLIT_SOURCES)}")
-    return getattr(data, f"load_{source}_sentences")
+# %% ../nbs/01a_splits.ipynb #309e77b9
+SPLIT_SOURCES: dict[str, TextSource] = {}   # source name -> its `TextSource`: every source with a registered split
+
+def register_text_source(source: TextSource,  # the entry: its name must be new, or `replace`
+                         replace: bool = False, # replace an entry of the same name (its cached split is dropped)
+                        ) -> TextSource:        # the entry, as registered
+    "Add a text source to the split registry: from then on its documents are split, and every reader takes its train or eval side."
+    if not isinstance(source, TextSource): raise NlEmbryoError(f"{source!r} is not a TextSource", "register TextSource(name, sentences, documents, doc_of)")
+    if source.name in SPLIT_SOURCES and not replace:
+        raise NlEmbryoError(f"source {source.name!r} is registered already", "choose another name, or pass replace=True")
+    if not re.fullmatch(r'[a-z0-9][a-z0-9_+.-]*', source.name):
+        raise NlEmbryoError(f"source name {source.name!r} is not lowercase letters, digits and '-', '_', '+', '.'", "rename it, e.g. 'my-texts'")
+    SPLIT_SOURCES[source.name] = source
+    for cached in ('split_table', 'train_keys', 'eval_sentence_ids'):   # a replaced entry's split is drawn again
+        if cached in globals(): globals()[cached].cache_clear()
+    return source
+
+# %% ../nbs/01a_splits.ipynb #12ea9e88
+ENGLISH_SOURCES = ('brown', 'sotu')
+for _src in [
+    TextSource('brown', load_brown_sentences, _brown_docs, lambda df: df['doc_id'].astype(str), fetch=('brown',), shared_text=ENGLISH_SOURCES),
+    TextSource('sotu', data.load_sotu_sentences, _sotu_docs, lambda df: sotu_doc(df['year'], df['president']), fetch=('sotu',), shared_text=ENGLISH_SOURCES),
+    TextSource('turkish', load_turkish_sentences, _turkish_docs, lambda df: turkish_doc(df['sent_id']), fetch=('turkish',)),
+    TextSource('talmud', load_talmud_sentences, _talmud_docs, lambda df: df['tractate'].astype(str), fetch=('talmud',), shared_text=('talmud',)),
+]: register_text_source(_src)
+
+def sentence_loader(source: str,  # a source with a registered split: brown, sotu, turkish, talmud, or one registered since
+                    ) -> Callable:  # `() -> DataFrame`, the source's sentence frame
+    "The sentence loader of a registered source (its `TextSource.sentences`)."
+    return text_source(source).sentences
+
+def text_source(source: str,  # a source with a registered split
+               ) -> TextSource:
+    "The registry entry of `source`, or a message naming the registered ones."
+    if source not in SPLIT_SOURCES: raise NlEmbryoError(f"source {source!r} has no registered split", f"choose from: {', '.join(SPLIT_SOURCES)}, or register it (register_text_source)")
+    return SPLIT_SOURCES[source]
 
 # %% ../nbs/01a_splits.ipynb #1f6d8eea
 @functools.lru_cache(maxsize=16)
 def split_table(source: str,  # a source with a registered split: brown, sotu, turkish or talmud
                 ) -> pd.DataFrame:
     "The documents of `source` with their stratum and split: columns `doc`, `group`, `split`."
-    if source not in SPLIT_SOURCES: raise NlEmbryoError(f"source {source!r} has no registered split", f"choose from: {', '.join(SPLIT_SOURCES)}")
-    docs = SPLIT_SOURCES[source][0]().reset_index(drop=True)
+    docs = text_source(source).documents().reset_index(drop=True)
     return docs.assign(split=document_splits(source, docs['doc'], docs['group']).loc[docs['doc']].to_numpy())
 
 # %% ../nbs/01a_splits.ipynb #8b5255e9
@@ -109,19 +144,15 @@ def take_split(frame: pd.DataFrame,  # a frame of one of the source's loaders, w
     if split is None: return frame
     if split not in SPLITS: raise NlEmbryoError(f"unknown split {split!r}", f"use one of: {', '.join(SPLITS)}")
     table = split_table(source).set_index('doc')['split']
-    docs = SPLIT_SOURCES[source][1](frame)
+    docs = text_source(source).doc_of(frame)
     keep = docs.map(table).to_numpy() == split
     return frame[keep].reset_index(drop=True)
 
 # %% ../nbs/01a_splits.ipynb #0f7b4b52
-ENGLISH_SOURCES = ('brown', 'sotu')
-
 def text_key(text: str,  # a sentence (anything: `str` is applied)
              ) -> str:
     "A sentence as compared across sources: lowercase, without whitespace (what a lowercasing tokenizer sees, nearly)."
     return re.sub(r'\s+', '', str(text).lower())
-
-SHARED_TEXT = {'brown': ENGLISH_SOURCES, 'sotu': ENGLISH_SOURCES, 'talmud': ('talmud',)}   # source -> the sources whose train text its eval sentences must avoid
 
 @functools.lru_cache(maxsize=4)
 def train_keys(sources: tuple,  # sources with a registered split, as a tuple (hashable: the result is cached)
@@ -139,10 +170,10 @@ def eval_sentences(frame: pd.DataFrame,  # a sentence frame of `source`, as its 
                    source: str,          # the source the frame comes from: brown, sotu, turkish or talmud
                    ) -> pd.DataFrame:
     """The eval-split rows of a sentence `frame` of `source`, without the sentences a training document of the sources
-    that share its text (`SHARED_TEXT`: the English sources for English, the Talmud for the Talmud) also holds."""
+    that share its text (its `TextSource.shared_text`: the English sources for English, the Talmud for the Talmud) also holds."""
     ev = take_split(frame, source, 'eval')
-    if source in SHARED_TEXT:
-        train = train_keys(SHARED_TEXT[source])
+    if shared := text_source(source).shared_text:
+        train = train_keys(shared)
         ev = ev[~ev['text'].map(text_key).isin(train)].reset_index(drop=True)
     return ev
 

@@ -488,13 +488,11 @@ def map(self: Run,
         device: str = 'cpu',        # the torch device the checkpoints are loaded on (and `fn` runs on), e.g. 'cpu' or 'cuda'; not part of the cache key
         part: str = 'auto',         # which half of an ELECTRA pair to load: 'generator' or 'discriminator' ('auto': the discriminator); part of the cache key
         cache_tag=None,             # an extra part of the cache key (e.g. the analysis's version number); None: none
-        quiet: bool | None = None,  # the older spelling: True means `progress=False` (None: `progress` decides)
         **options,                  # more keyword arguments of `fn`, passed to it on every call; part of the cache key
        ) -> pd.DataFrame:           # the rows of every step, with a `step` column first
     """Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy
     frame with a `step` column. Each step's result is cached on disk, keyed by `fn` (its source), `data`, `options`
-    and `cache_tag` (e.g. a version number) and the checkpoint's files. `quiet=True` is the older spelling of `progress=False`."""
-    if quiet is not None: progress = not quiet
+    and `cache_tag` (e.g. a version number) and the checkpoint's files."""
     all_steps = self.steps()
     steps = all_steps if steps is None else [steps] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
     missing = [s for s in steps if s not in all_steps]

@@ -128,3 +128,20 @@ def test_the_registry_imports_no_analysis():
     code = ("import sys, nl_embryo.registry; bad = [m for m in ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', "
             "'finetune', 'analysis') if 'nl_embryo.' + m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, '-c', code], check=True)
+
+
+class _KeyTaken(Exception):
+    "Raised where `Run.map` asks for its cache folder: the key is known, nothing is computed or written."
+
+
+@pytest.mark.parametrize('name', sorted(analyses()))
+def test_the_cache_key_of_every_analysis_is_the_same_when_its_data_is_built_again(name, run, monkeypatch):
+    """The per-step cache answers a repeated analysis only if the key `Run.map` computes (the function, the data the
+    analysis builds, its options) is the same each time the data is built afresh. Checked for every registered analysis
+    through `analyze` itself, stopped where it would open the cache."""
+    keys = []
+    def take(self, key): keys.append(key); raise _KeyTaken
+    monkeypatch.setattr(Run, 'cache_dir', take)
+    for _ in range(2):
+        with pytest.raises(_KeyTaken): analyze(run, name, steps=[0], progress=False, charts=False)
+    assert len(keys) == 2 and keys[0] == keys[1] and len(keys[0]) >= 16, keys

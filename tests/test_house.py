@@ -1,0 +1,53 @@
+"""The shape of the package, read from its source: the module import graph has no cycle, no module imports another's
+private name, and the science modules do not import the infrastructure (the sweep runner `batch`, the docs-site builder
+`docs`) or the applications on top (`cli`, `demo`)."""
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent/'nl_embryo'
+INFRASTRUCTURE = {'batch', 'docs'}
+APPLICATIONS = {'cli', 'demo'}
+
+
+def _imports():
+    "{module: [(imported module, names)]} over every import of nl_embryo's modules, those inside functions included."
+    out = {}
+    for f in sorted(PKG.glob('*.py')):
+        if f.name.startswith('_'): continue
+        edges = []
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                mod = node.module or ''
+                if node.level == 1 or mod.startswith('nl_embryo'):
+                    target = mod.removeprefix('nl_embryo').lstrip('.') if node.level == 0 else mod
+                    if target: edges.append((target.split('.')[0], [a.name for a in node.names]))
+                    else: edges += [(a.name, []) for a in node.names]          # from . import x / from nl_embryo import x
+            elif isinstance(node, ast.Import):
+                edges += [(a.name.split('.')[1], []) for a in node.names if a.name.startswith('nl_embryo.')]
+        out[f.stem] = edges
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {m: {t for t, _ in e if t != m} for m, e in _imports().items()}
+    state = {}
+    def visit(m, path):
+        if state.get(m) == 'done': return
+        assert state.get(m) != 'open', f"import cycle: {' -> '.join(path + [m])}"
+        state[m] = 'open'
+        for t in sorted(graph.get(m, ())): visit(t, path + [m])
+        state[m] = 'done'
+    for m in graph: visit(m, [])
+    assert len(graph) > 20
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = [(m, t, n) for m, e in _imports().items() for t, names in e for n in names if n.startswith('_') and t != m and n != '__version__']
+    assert not bad, bad
+
+
+def test_the_science_modules_import_no_infrastructure():
+    imports = _imports()
+    assert INFRASTRUCTURE | APPLICATIONS <= set(imports)
+    bad = [(m, t) for m, e in imports.items() if m not in INFRASTRUCTURE | APPLICATIONS for t, _ in e if t in INFRASTRUCTURE | APPLICATIONS]
+    assert not bad, f"science modules importing infrastructure or applications: {bad}"
