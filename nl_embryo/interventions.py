@@ -18,11 +18,12 @@ from .models import SPECIAL_IDS, is_causal, is_pair, mlm_head, quiet_transformer
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['TOKENIZER_ATTR', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'interventions_of',
-           'tokenizer_for', 'Parts', 'model_parts', 'reverse_layers', 'remove_layers', 'clean_components', 'clean',
-           'english_piece_ids', 'shuffle_embeddings', 'swap_embeddings', 'rescale_init', 'oracle_init',
-           'substitute_embeddings', 'freeze_except_embeddings', 'split_top_level', 'parse_interventions',
-           'apply_interventions']
+__all__ = ['TOKENIZER_ATTR', 'LEGACY_LAYER', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS',
+           'interventions_of', 'tokenizer_for', 'Parts', 'model_parts', 'reverse_layers', 'remove_layers',
+           'canonical_component', 'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings',
+           'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings',
+           'split_top_level', 'parse_interventions', 'apply_interventions', 'canonical_interventions',
+           'format_interventions']
 
 # %% ../nbs/09_interventions.ipynb #f3f3dbf8
 TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the tokenizer that goes with the new embeddings
@@ -142,10 +143,10 @@ def _albert_reschedule(model, sequence: list[int], what: str) -> None:
         else: runs.append([g, 1])
     groups, L = [g for g, _ in runs], len(sequence)
     if len(set(groups)) != len(groups) or [groups[j] for j in _albert_schedule(L, len(groups))] != sequence:
-        raise NlEmbryoError(f"{what} would leave ALBERT applying its layer groups in the order {sequence} (runs of "
-                            f"{[n for _, n in runs]}), which ALBERT cannot express: it applies its num_hidden_groups groups "
-                            "in order, group int(i / (num_hidden_layers / num_hidden_groups)) at position i",
-                            f"remove whole groups' worth of layers (a multiple of num_hidden_layers/num_hidden_groups = "
+        raise NlEmbryoError(f"{what} would leave ALBERT applying its layer groups in the order {[g + 1 for g in sequence]} (runs of "
+                            f"{[n for _, n in runs]}; groups and blocks counted from 1), which ALBERT cannot express: it applies its "
+                            "num_hidden_groups groups in order, group 1 + int((k - 1) / (num_hidden_layers / num_hidden_groups)) at block k",
+                            f"remove whole groups' worth of blocks (a multiple of num_hidden_layers/num_hidden_groups = "
                             f"{model.config.num_hidden_layers / model.config.num_hidden_groups:g}), e.g. with last=...")
     enc = model.base_model.encoder
     enc.albert_layer_groups = nn.ModuleList([enc.albert_layer_groups[g] for g in groups])
@@ -172,43 +173,69 @@ def reverse_layers(model,              # a masked or causal model, or an `Electr
         _set_layers(new, list(_layers(new))[::-1])
     return _record(new, 'reverse_layers', {})
 
+# %% ../nbs/09_interventions.ipynb #a51300bc
+def _removed_blocks(blocks, layers, L: int) -> list[int]:
+    "The positions (from 0) of the blocks to remove: `blocks` counted from 1, or `layers` by Hugging Face module index (from 0); checked."
+    legacy = blocks is None
+    given = layers if legacy else blocks
+    idx = sorted({int(i) - (0 if legacy else 1) for i in (given if isinstance(given, Iterable) else [given])})
+    bad = [i for i in idx if not 0 <= i < L]
+    if bad:
+        what = f"layers={bad} (Hugging Face module indices, counted from 0)" if legacy else f"blocks={[i + 1 for i in bad]}"
+        raise NlEmbryoError(f"{what} do not exist: the model has blocks 1..{L} (Hugging Face layers 0..{L - 1})",
+                            f"pass blocks= between 1 and {L}, counted from 1 like the probes' layers")
+    if len(idx) >= L: raise NlEmbryoError(f"removing blocks {[i + 1 for i in idx]} would leave none of the {L}", "keep at least one block")
+    return idx
+
 # %% ../nbs/09_interventions.ipynb #27e54218
 def remove_layers(model,                              # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
-                  last: int | None = None,            # remove the last `last` layers (1 to the number of layers - 1)
-                  every: int | None = None,           # remove every `every`-th layer, counting from 1 (at least 2)
-                  layers: Iterable[int] | None = None,# remove these 0-based layers (one at least must remain)
-                 ) -> PreTrainedModel:                # the shortened copy (exactly one of last, every, layers is given)
-    "A copy of `model` without its last `last` layers, or without every `every`-th layer (the n-th, 2n-th, …), or without the 0-based `layers`."
+                  last: int | None = None,            # remove the last `last` blocks (1 to the number of blocks - 1)
+                  every: int | None = None,           # remove every `every`-th block, counting from 1 (at least 2)
+                  blocks: Iterable[int] | None = None,# remove these blocks, counted from 1 like the probes' layers (one at least must remain)
+                  layers: Iterable[int] | None = None,# the same by Hugging Face module index (`encoder.layer.N`, from 0); recorded as `blocks`
+                 ) -> PreTrainedModel:                # the shortened copy (exactly one of last, every, blocks, layers is given)
+    "A copy of `model` without its last `last` blocks, or every `every`-th block (the n-th, 2n-th, …), or the `blocks` listed (counted from 1)."
     new = _copy(model)
     L = new.config.num_hidden_layers
-    given = {k: v for k, v in dict(last=last, every=every, layers=layers).items() if v is not None}
+    given = {k: v for k, v in dict(last=last, every=every, blocks=blocks, layers=layers).items() if v is not None}
     if len(given) != 1:
-        raise NlEmbryoError(f"remove_layers needs exactly one of last=, every=, layers= (got {sorted(given) or 'none'})",
-                            "e.g. remove_layers(model, last=2) or remove_layers(model, every=2)")
+        raise NlEmbryoError(f"remove_layers needs exactly one of last=, every=, blocks= (got {sorted(given) or 'none'})",
+                            "e.g. remove_layers(model, last=2), remove_layers(model, every=2) or remove_layers(model, blocks=[1])")
     if last is not None:
         if not isinstance(last, (int, np.integer)) or not 1 <= last < L:
-            raise NlEmbryoError(f"last={last!r}: the model has {L} layers, so between 1 and {L - 1} can be removed "
-                                "(at least one layer must remain)", f"pass last=1..{L - 1}")
+            raise NlEmbryoError(f"last={last!r}: the model has {L} blocks, so between 1 and {L - 1} can be removed "
+                                "(at least one block must remain)", f"pass last=1..{L - 1}")
         removed = list(range(L - last, L))
     elif every is not None:
         if not isinstance(every, (int, np.integer)) or every < 2:
-            raise NlEmbryoError(f"every={every!r} must be an integer of at least 2 (every=1 would remove all {L} layers)",
-                                "pass every=2 to remove the 2nd, 4th, ... layer")
+            raise NlEmbryoError(f"every={every!r} must be an integer of at least 2 (every=1 would remove all {L} blocks)",
+                                "pass every=2 to remove the 2nd, 4th, ... block")
         removed = [i for i in range(L) if (i + 1) % every == 0]
     else:
-        removed = sorted({int(i) for i in layers})
-        bad = [i for i in removed if not 0 <= i < L]
-        if bad: raise NlEmbryoError(f"layers={bad} do not exist: the model has layers 0..{L - 1}", f"pass 0-based indices below {L}")
-        if len(removed) >= L: raise NlEmbryoError(f"removing layers {removed} would leave none of the {L}", "keep at least one layer")
-        given['layers'] = removed
+        removed = _removed_blocks(blocks, layers, L)
+        given = dict(blocks=[i + 1 for i in removed])   # recorded counted from 1, however it was given
     kept = [i for i in range(L) if i not in removed]
     if _is_albert(new):
         seq = _albert_schedule(L, new.config.num_hidden_groups)
-        _albert_reschedule(new, [seq[i] for i in kept], f"removing layers {removed}")
+        _albert_reschedule(new, [seq[i] for i in kept], f"removing blocks {[i + 1 for i in removed]}")
     else:
         old = list(_layers(new))
         _set_layers(new, [old[i] for i in kept])
     return _record(new, 'remove_layers', given)
+
+# %% ../nbs/09_interventions.ipynb #caac87cd
+LEGACY_LAYER = re.compile(r'layer\.(\d+)')   # the Hugging Face module spelling of a block: `layer.N`, N counted from 0
+
+def canonical_component(name: str,  # a `clean` component, e.g. 'block1', 'word_embeddings', or the Hugging Face module spelling 'layer.0'
+                       ) -> str:    # its recorded spelling: 'layer.N' -> 'block{N+1}', every other name unchanged
+    "The spelling nl_embryo records for a `clean` component: blocks count from 1 like the probes' and attention's layers, so the Hugging Face module index `layer.N` (from 0) is `block{N+1}`."
+    m = LEGACY_LAYER.fullmatch(str(name))
+    return f'block{int(m[1]) + 1}' if m else str(name)
+
+def _block_modules(m) -> list[int]:
+    "Per block (in order), the index in the layer list of the module it runs: the block's own layer, or ALBERT's layer group."
+    if _is_albert(m): return _albert_schedule(m.config.num_hidden_layers, m.config.num_hidden_groups)
+    return list(range(len(m.get_submodule(model_parts(m).layers))))
 
 # %% ../nbs/09_interventions.ipynb #82e1a255
 def clean_components(model,                     # a model, or an `ElectraPair` (its discriminator)
@@ -225,7 +252,7 @@ def clean_components(model,                     # a model, or an `ElectraPair` (
     else: comps['embeddings'] = [n for n in (P.word, P.position) if n]
     comps['layer_norms'] = [n for n, mod in m.named_modules() if _under(n, b) and _is_norm(mod)]
     comps['encoder' if P.family == 'masked' else 'layers'] = [P.layers]
-    comps.update({f'layer.{i}': [_join(P.layers, str(i))] for i in range(len(m.get_submodule(P.layers)))})
+    comps.update({f'block{k}': [_join(P.layers, str(i))] for k, i in enumerate(_block_modules(m), 1)})   # counted from 1
     if P.final_norm: comps['final_norm'] = [P.final_norm]
     shared = {id(p) for p in base.parameters()}
     tied = lambda c: bool(ps := {id(p) for p in c.parameters()}) and ps <= shared   # a tied output layer alone is the word embeddings: no head
@@ -252,14 +279,25 @@ def _reinit(model, module_names: list[str], seed: int) -> None:
 
 # %% ../nbs/09_interventions.ipynb #ef054761
 def _names(components) -> list[str]:
+    "The component names given as text (joined by ',', '+' or spaces) or a list."
     if isinstance(components, str): components = re.split(r'[+,\s]+', components.strip())
     return [str(c) for c in components if str(c)]
+
+# %% ../nbs/09_interventions.ipynb #22a256c0
+def _component_of(model, name: str) -> str:
+    "The recorded name of `clean` component `name` in `model`: `layer.N` (Hugging Face module N) is the first block that runs module N (ALBERT: group N), else as `canonical_component` spells it."
+    m, runs = LEGACY_LAYER.fullmatch(str(name)), _block_modules(model)
+    if m and int(m[1]) in runs: return f'block{runs.index(int(m[1])) + 1}'
+    return str(name) if m and _is_albert(model) else canonical_component(name)   # ALBERT has no module N: refused under the name given
 
 # %% ../nbs/09_interventions.ipynb #f5b17f10
 def _why_unknown(model, unknown: list[str]) -> str:
     "Why `model` lacks the `clean` components `unknown` (a parenthesis for the message, or '')."
     arch = getattr(model.config, 'nl_embryo_arch', None) or model.config.model_type
     P = model_parts(model)
+    if any(re.fullmatch(r'block\d+', c) for c in unknown):
+        L = len(_block_modules(model))
+        return f" (the model has blocks block1..block{L}, counted from 1 like the probes' layers; layer.N is the Hugging Face module index, from 0)"
     if P.family == 'masked':
         if 'embedding_projection' in unknown: return ' (embedding_projection exists only in ALBERT and in ELECTRA models whose embedding size differs from the hidden size)'
         if 'head' in unknown: return ' (this model has no head and no pooler)'
@@ -275,19 +313,21 @@ def _why_unknown(model, unknown: list[str]) -> str:
 
 # %% ../nbs/09_interventions.ipynb #5f03f0af
 def clean(model,                                   # a masked or causal model, or an `ElectraPair` (its discriminator); left unchanged
-          components: str | Iterable[str] = 'all', # the components (see `clean_components`): a list, or names joined by ',', '+' or spaces
+          components: str | Iterable[str] = 'all', # the components (see `clean_components`; blocks as `blockK` from 1, or `layer.N` by Hugging Face module index): a list, or names joined by ',', '+' or spaces
           seed: int = 0,                           # seed of the new weights
          ) -> PreTrainedModel:                     # the re-initialised copy
-    "A copy of `model` with `components` (see `clean_components`) re-initialised by the model's own `_init_weights`, seeded by `seed`."
+    "A copy of `model` with `components` (see `clean_components`) re-initialised by the model's own `_init_weights`, seeded by `seed`; recorded in the `blockK` spelling."
     new = _copy(model)
     valid = clean_components(new)
-    names = _names(components)
-    if not names: raise NlEmbryoError("clean() got no component to re-initialise", f"pass components= one or more of: {', '.join(valid)}")
+    given = _names(components)
+    if not given: raise NlEmbryoError("clean() got no component to re-initialise", f"pass components= one or more of: {', '.join(valid)}")
+    names = [_component_of(new, c) for c in given]
     unknown = [c for c in names if c not in valid]
     if unknown:
-        raise NlEmbryoError(f"unknown component(s) {unknown} for a {type(new).__name__}{_why_unknown(new, unknown)}", f"choose from: {', '.join(valid)}")
+        said = [c if c == g else f"{c} (given as {g})" for g, c in zip(given, names) if c in unknown]
+        raise NlEmbryoError(f"unknown component(s) {said} for a {type(new).__name__}{_why_unknown(new, unknown)}", f"choose from: {', '.join(valid)}")
     _reinit(new, [x for c in names for x in valid[c]], seed)
-    return _record(new, 'clean', dict(components=names, seed=seed))
+    return _record(new, 'clean', dict(components=list(dict.fromkeys(names)), seed=seed))
 
 # %% ../nbs/09_interventions.ipynb #20f38a5a
 def _vocab_tensors(model) -> list[torch.Tensor]:
@@ -547,7 +587,7 @@ INTERVENTIONS: dict[str, Callable] = {f.__name__: f for f in [
     rescale_init, oracle_init, freeze_except_embeddings]}
 
 # %% ../nbs/09_interventions.ipynb #25e2a8ec
-def split_top_level(s: str,  # a comma-separated list, e.g. "reverse_layers, clean(components='embeddings, layer.0')"
+def split_top_level(s: str,  # a comma-separated list, e.g. "reverse_layers, clean(components='embeddings, block1')"
                    ) -> list[str]:  # its items, stripped
     "Split at commas outside brackets and quotes."
     parts, cur, depth, quote = [], '', 0, None
@@ -566,7 +606,7 @@ def split_top_level(s: str,  # a comma-separated list, e.g. "reverse_layers, cle
 _NUMBER = re.compile(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?')
 
 def _value(text: str, item: str):
-    "An option value: a number, True/False/None, a quoted string or a bracketed literal; anything else is the text itself (layer.0, 5-54, a+b)."
+    "An option value: a number, True/False/None, a quoted string or a bracketed literal; anything else is the text itself (block1, 5-54, a+b)."
     t = text.strip()
     if _NUMBER.fullmatch(t): return ast.literal_eval(t.lstrip('+'))
     if t in ('True', 'False', 'None') or t[:1] in '\'"[({':
@@ -620,3 +660,29 @@ def apply_interventions(model,               # a masked or causal model, or an `
         try: out = INTERVENTIONS[s['name']](out, **s['options'])
         except TypeError as e: raise NlEmbryoError(f"{s['name']} could not run with options {s['options']}: {e}", "check the option values") from None
     return out
+
+# %% ../nbs/09_interventions.ipynb #9fba6e29
+def canonical_interventions(spec,           # a spec, in any form `parse_interventions` reads
+                           ) -> list[dict]: # `{'name', 'options'}` per intervention, blocks counted from 1
+    "`parse_interventions`, with blocks in the spelling nl_embryo records: `clean`'s `layer.N` -> `block{N+1}`, `remove_layers(layers=[N])` -> `blocks=[N+1]`."
+    steps = parse_interventions(spec)
+    for s in steps:
+        o = s['options'] = dict(s['options'])
+        if s['name'] == 'clean' and 'components' in o:
+            names = [canonical_component(c) for c in _names(o['components'])]
+            o['components'] = '+'.join(names) if isinstance(o['components'], str) else names
+        if s['name'] == 'remove_layers' and o.get('layers') is not None:
+            layers = o.pop('layers')
+            o['blocks'] = [int(i) + 1 for i in (layers if isinstance(layers, Iterable) else [layers])]
+    return steps
+
+# %% ../nbs/09_interventions.ipynb #4fbf011c
+def _spec_text(v) -> str:
+    "An option value as spec text that `_value` reads back: a plain name bare, any other value as a Python literal."
+    return v if isinstance(v, str) and re.fullmatch(r'[\w.+-]+', v) and _value(v, v) == v else repr(v)
+
+def format_interventions(spec,      # a spec, in any form `parse_interventions` reads
+                        ) -> str:   # its text: `name` or `name(key=value, ...)` per intervention, joined by ', '
+    "A spec as text that `parse_interventions` reads back as the same steps."
+    return ', '.join(s['name'] + (f"({', '.join(f'{k}={_spec_text(v)}' for k, v in s['options'].items())})" if s['options'] else '')
+                     for s in parse_interventions(spec))

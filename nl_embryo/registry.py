@@ -50,14 +50,16 @@ class Analysis:
     default: bool = True                            # run by `analyze` without flags and by the demo
     description: str = ''                           # one line for `analyze --help` and the docs
     version: int = 1                                # bump to invalidate the cached results of older code
+    canonical: Callable | None = None               # (full options) -> the same options in their recorded spelling (e.g. surgery names)
 
     def options(self,
                 **overrides,  # options that replace the defaults (names not in `defaults` are refused)
                ) -> dict:     # the full option set
-        "The full option set: the defaults, updated by `overrides` (unknown names are refused)."
+        "The full option set: the defaults, updated by `overrides` (unknown names are refused), in their recorded spelling (`canonical`)."
         unknown = sorted(set(overrides) - set(self.defaults))
         if unknown: raise NlEmbryoError(f"analysis {self.name!r} has no option(s) {unknown}", f"use: {', '.join(sorted(self.defaults)) or 'none'}")
-        return {**self.defaults, **overrides}
+        opts = {**self.defaults, **overrides}
+        return self.canonical(opts) if self.canonical else opts
 
     def key_of(self,
                options: dict,  # a full option set (as `options` returns it)
@@ -159,14 +161,12 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
             charts: bool = True,        # redraw and save the analysis's charts (and its other files) from the updated tables
             device=None,                # the torch device to run on, e.g. 'cpu' or 'cuda'; None: CUDA when available, else the CPU
             data=None,                  # your own list of data, one `Run.map` each (None: the analysis's data function builds it)
-            quiet: bool | None = None,  # the older spelling: True means `progress=False` (None: `progress` decides)
             **options,                  # the analysis's options that replace its defaults (`Analysis.defaults`; other names are refused)
            ) -> pd.DataFrame:           # the main table's new rows (these steps and options), with `options`, `lo` and `hi` columns
     """Run the analysis `name` (or an `Analysis`) over `steps` of `run` (default: all) with its default options updated
     by `options`; add the rows to the run's tables (see above), redraw its charts, and return the main table's rows
     for these steps and options. `data`: your own list of data instead of what the analysis's data function builds
     (its fingerprint joins the options)."""
-    if quiet is not None: progress = not quiet
     run, a = Run.coerce(run), get_analysis(name)
     opts = a.options(**options)
     check_needs(tuple(dict.fromkeys((*a.needs, 'checkpoints'))), run, a.name)   # every analysis maps over checkpoints

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09a_surgery.ipynb #857abf1c
 from __future__ import annotations
-import difflib
+import difflib, re
 import numpy as np
 import pandas as pd
 import torch
@@ -16,20 +16,21 @@ from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError
 from .models import is_causal, lm_head
-from .interventions import INTERVENTIONS, apply_interventions, parse_interventions, split_top_level
+from .interventions import (INTERVENTIONS, LEGACY_LAYER, apply_interventions, canonical_component, canonical_interventions,
+                                     format_interventions, parse_interventions, split_top_level)
 from .timeline import Run
 from .probes import probe_correctness, probes_data
 from .corpora import load_corpus
 from .pretrain import eval_batches as first_batches
 
 # %% auto #0
-__all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'OUTLIER_RATIO', 'SURGERY', 'surgery_spec', 'parse_surgeries', 'masked_lm_losses',
-           'masked_lm_loss', 'surgery_checkpoint', 'masked_lm_loss_of', 'causal_lm_losses', 'surgery_check',
-           'surgery_data', 'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
+__all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'OUTLIER_RATIO', 'SURGERY', 'surgery_spec', 'surgery_name', 'parse_surgeries',
+           'masked_lm_losses', 'masked_lm_loss', 'surgery_checkpoint', 'masked_lm_loss_of', 'causal_lm_losses',
+           'surgery_check', 'surgery_data', 'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
 
 # %% ../nbs/09a_surgery.ipynb #87c9daec
 SURGERIES = {'identity': None, 'reverse': 'reverse_layers', 'shuffle': 'shuffle_embeddings'}
-DEFAULT_SURGERIES = ('identity', 'reverse', 'shuffle', 'clean:layer.0', 'remove:1')
+DEFAULT_SURGERIES = ('identity', 'reverse', 'shuffle', 'clean:block1', 'remove:1')
 
 def surgery_spec(name: str,  # a surgery name: `identity`, `reverse`, `shuffle`, `clean:COMPONENT`, `remove:N`, or a full intervention spec
                 ):           # None for `identity`, else a spec `apply_interventions` takes (a name, a dict or the spec text)
@@ -42,17 +43,26 @@ def surgery_spec(name: str,  # a surgery name: `identity`, `reverse`, `shuffle`,
     if name.isidentifier() and name not in INTERVENTIONS:    # a mistyped short name: answered in the short names the help uses
         near = difflib.get_close_matches(name, [*SURGERIES, 'clean', 'remove'], n=1)
         raise NlEmbryoError(f"unknown surgery {name!r}" + (f" (did you mean {near[0]}?)" if near else ''),
-                            f"use {', '.join(SURGERIES)}, clean:COMPONENT (e.g. clean:layer.0), remove:N, or an intervention spec such as remove_layers(every=2)")
+                            f"use {', '.join(SURGERIES)}, clean:COMPONENT (e.g. clean:block1, blocks counted from 1), remove:N, or an intervention spec such as remove_layers(every=2)")
     parse_interventions(name)                        # a full spec: checked here, with its own message
     return name
 
+def surgery_name(name: str,  # a surgery name, as `surgery_spec` reads it
+                ) -> str:    # the name tables and charts show it under
+    "The spelling a surgery is recorded under: blocks counted from 1 (`clean:layer.0` -> `clean:block1`; a spec's `layer.N` and `layers=` likewise); any other name as given."
+    if name.startswith('clean:') and LEGACY_LAYER.search(name):
+        return 'clean:' + '+'.join(canonical_component(c) for c in re.split(r'[+\s]+', name.split(':', 1)[1].strip()) if c)
+    if name in SURGERIES or name.startswith(('clean:', 'remove:')): return name
+    steps = canonical_interventions(name)
+    return name if steps == parse_interventions(name) else format_interventions(steps)
+
 def parse_surgeries(text,      # comma-separated surgery names (commas inside a spec's parentheses do not split), or a list of names
-                   ) -> tuple: # the names, `identity` first
-    "`'reverse,shuffle,clean:layer.2'` -> its names, each checked; `identity` is always first (the reference)."
+                   ) -> tuple: # the names in their recorded spelling (`surgery_name`), `identity` first
+    "`'reverse,shuffle,clean:layer.2'` -> `('identity', 'reverse', 'shuffle', 'clean:block3')`: each checked, in the recorded spelling; `identity` is always first (the reference)."
     names = split_top_level(text) if isinstance(text, str) else [str(t) for t in text]
     if not names: raise NlEmbryoError("no surgery given", f"name some, e.g. {','.join(DEFAULT_SURGERIES[1:])}")
     for n in names: surgery_spec(n)
-    return tuple(['identity'] + [n for n in names if n != 'identity'])
+    return tuple(dict.fromkeys(['identity'] + [surgery_name(n) for n in names if n != 'identity']))
 
 # %% ../nbs/09a_surgery.ipynb #0162c585
 def masked_lm_losses(model,                    # a masked-LM model (its vocabulary size and device are read from it)
@@ -269,6 +279,7 @@ SURGERY = register(Analysis(
     defaults=dict(surgeries=DEFAULT_SURGERIES, eval_batches=8, batch_size=32, probe=True, probe_words=1500, seed=0),
     data_options=('eval_batches', 'batch_size', 'probe', 'probe_words', 'seed'), shared_options=('seed',), key=('surgery', 'metric'),
     charts=surgery_charts, section=surgery_section, check=surgery_check, needs=('lm_head',), version=2,   # 2: the shuffle leaves the output bias alone
+    canonical=lambda o: dict(o, surgeries=parse_surgeries(o['surgeries'])),   # Python's clean:layer.0 is recorded as the CLI's clean:block1
     cli=dict(option='surgeries', metavar='CUTS', parse=parse_surgeries,
-             help=f"surgery over time: cut every checkpoint and measure the cost, e.g. reverse,shuffle,clean:layer.2 (default: {','.join(DEFAULT_SURGERIES[1:])})"),
+             help=f"surgery over time: cut every checkpoint and measure the cost, e.g. reverse,shuffle,clean:block2 (blocks counted from 1 as the probes' layers; clean:layer.N, the Hugging Face module index from 0, is read as clean:block(N+1)) (default: {','.join(DEFAULT_SURGERIES[1:])})"),
     description='surgery over time: what reversing, shuffling, re-initialising or removing costs at each checkpoint'), replace=True)

@@ -354,3 +354,29 @@ def test_a_second_sweep_does_not_start_a_job_that_the_first_one_runs(tmp_path, s
     assert first.returncode == 0 and job_state(job) == 'done'
     assert len((job/'executions.txt').read_text().splitlines()) == 1     # the notebook ran once
     assert json.loads((out/'summary.json').read_text())['done'] == 1
+
+
+def test_write_slurm_names_the_jobs_another_process_runs(toy, tmp_path, capsys):
+    "Jobs whose lock another process holds are left out of the array, and `write_slurm` says which run where; with only those left it says they are running, not 'nothing to submit'."
+    out = tmp_path/'cluster'
+    write_slurm(toy, {'x': [1, 2]}, out, quiet=True)
+    manifest = json.loads((out/'jobs.json').read_text())['jobs']
+    holder = subprocess.Popen([sys.executable, '-c', "import fcntl, os, socket, sys, time\n"
+                               "for d in sys.argv[1:]:\n"
+                               "    fd = os.open(os.path.join(d, 'lock'), os.O_RDWR | os.O_CREAT, 0o644); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                               "    os.pwrite(fd, f'{os.getpid()} on {socket.gethostname()}\\n'.encode(), 0)\n"
+                               "print('held', flush=True); time.sleep(60)", *[str(out/'jobs'/j['id']) for j in manifest]],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        capsys.readouterr()
+        assert [job_state(out/'jobs'/j['id']) for j in manifest] == ['running', 'running']
+        assert write_slurm(toy, {'x': [1, 2]}, out) is None
+        said = capsys.readouterr().out
+        assert 'nothing to submit now: 2 of the 2 job(s)' in said and 'are done (' not in said and 'nothing to submit\n' not in said, said
+        for j in manifest:
+            assert f"job {j['index']} {j['id']} ({j['name']}): running in process {holder.pid} on {socket.gethostname()}" in said, said
+    finally:
+        holder.kill(); holder.wait()
+    assert write_slurm(toy, {'x': [1, 2]}, out) is not None     # the locks died with their process: both jobs to submit
+    assert 'running' not in capsys.readouterr().out

@@ -4,8 +4,11 @@
     (vega-embed's default renderer) or SVG, no page error, and no request leaves the machine.
 (b) JupyterLab, started on a free 127.0.0.1 port with a random token, opens the explorer notebook
     (nbs/tutorials/attention_explorer.ipynb) and runs it; the step slider is moved with the keyboard, the slider's
-    read-out changes, and the attention map (a PNG drawn in the kernel) changes: two screenshots differ. The server is
-    shut down at the end.
+    read-out changes, and the attention map (a PNG drawn in the kernel) changes: two screenshots differ. In the same
+    notebook, a cell added below the explorer shows `AttentionExplorer.from_runs` of that run and another one: choosing
+    the other run in its dropdown changes the step read-out, the head's class and the map. A copy of the notebook
+    run on tables of a real run's size (11 checkpoints, 32-token maps), its slider moved, stays under 1.3x its size
+    when JupyterLab saves it (issue 28). The server is shut down at the end of the module.
 (c) In the same JupyterLab, a notebook that imports nl_embryo draws a training-curves chart and a probe chart live
     (JupyterLab's own Vega, through the `nl_embryo` renderer): both are drawn, the probe chart's step input (a button per
     checkpoint, labelled by its step) redraws it, a click on its legend picks a layer, its points show tooltips, and no
@@ -150,15 +153,26 @@ def lab_server(tmp_path, lab: Path, notebook: str, **env):
         log.close()
 
 
-@pytest.fixture
-def jupyterlab(tmp_path, tables):
-    "JupyterLab serving a copy of the explorer notebook whose run is `tables`."
-    scores, maps = tables
-    run = tmp_path/'run'; (run/'analysis').mkdir(parents=True); (run/'checkpoints').mkdir()   # a run folder: tables kept, weights not
-    scores.to_parquet(run/'analysis'/'attention.parquet'); maps.to_parquet(run/'analysis'/'attention_maps.parquet')
+def _run_folder(path: Path, scores: pd.DataFrame, maps: pd.DataFrame) -> Path:
+    "A run folder holding the attention tables `scores` and `maps` (tables kept, weights not)."
+    (path/'analysis').mkdir(parents=True); (path/'checkpoints').mkdir()
+    scores.to_parquet(path/'analysis'/'attention.parquet'); maps.to_parquet(path/'analysis'/'attention_maps.parquet')
+    return path
+
+
+OTHER_STEPS = {10: 20, 0: 40}   # the other run: `tables`' steps 10 (previous token) and 0 (self) renamed 20 and 40; no step 30
+
+
+@pytest.fixture(scope='module')
+def jupyterlab(tmp_path_factory, tables):
+    """JupyterLab serving a copy of the explorer notebook whose run is `tables` (one server for the module); `runs` holds
+    that run's folder and another run's (`OTHER_STEPS`) for the run selector."""
+    tmp_path = tmp_path_factory.mktemp('explorer')
+    relabel = lambda t: t[t['step'].isin(OTHER_STEPS)].assign(step=lambda d: d['step'].map(OTHER_STEPS))
+    runs = dict(run=_run_folder(tmp_path/'run', *tables), other=_run_folder(tmp_path/'other', *map(relabel, tables)))
     lab = tmp_path/'lab'; lab.mkdir()
     shutil.copy(EXPLORER_NB, lab/'explorer.ipynb')
-    with lab_server(tmp_path, lab, 'explorer.ipynb', NL_EMBRYO_RUN=str(run)) as server: yield server
+    with lab_server(tmp_path, lab, 'explorer.ipynb', NL_EMBRYO_RUN=str(runs['run'])) as server: yield dict(server, runs=runs)
 
 
 RUN_ALL = """async () => {
@@ -187,47 +201,179 @@ def stderr_outputs(page) -> list[str]:
     return page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
 
 
-def test_explorer_slider_changes_the_chart_in_jupyterlab(browser, jupyterlab):
+@pytest.fixture(scope='module')
+def explorer_page(browser, jupyterlab):
+    "A page of the module's JupyterLab with the explorer notebook run and its explorer drawn (shared by the explorer tests)."
     t0 = time.time()
     page = local_page(browser, viewport={'width': 1500, 'height': 1100})
     try:
         open_and_run(page, jupyterlab['url'])
-        chart = page.locator('.nl-attention-map')
-        try: chart.locator('img').first.wait_for(state='visible', timeout=90_000)
+        try: page.locator('.nl-attention-map img').first.wait_for(state='visible', timeout=90_000)
         except Exception:
             errs = stderr_outputs(page)
             pytest.fail(f"the explorer did not appear; notebook errors: {errs[-3:]}\nserver log: {jupyterlab['log'].read_text()[-2000:]}")
-        readout = page.locator('.nl-step-slider .widget-readout')     # the widgets render after the first map: wait for the readout
+        # the widgets render after the first map: wait for the readout
         page.wait_for_function("() => (document.querySelector('.nl-step-slider .widget-readout') || {}).textContent?.trim() === '30'", timeout=30_000)
-        assert readout.text_content().strip() == '30'
-        chart.scroll_into_view_if_needed()
-        before_html, before_png = chart.inner_html(), chart.screenshot()
-
-        page.locator('.nl-step-slider .noUi-handle').focus()
-        page.keyboard.press('ArrowLeft')                                # step 30 -> 10
-        page.wait_for_function("() => document.querySelector('.nl-step-slider .widget-readout').textContent.trim() === '10'",
-                               timeout=30_000)
-        try:                                                            # the kernel redraws: map, scores, then the table
-            page.wait_for_function("() => document.querySelector('.nl-attention-table').textContent.includes('at step 10')",
-                                   timeout=60_000)
-        except Exception: pytest.fail(f"the views were not redrawn for step 10:\n{jupyterlab['log'].read_text()[-2000:]}")
-        assert chart.inner_html() != before_html, 'the map did not change after the slider moved'
-        page.wait_for_timeout(300)
-        after_png = chart.screenshot()
-
-        if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):                   # keep the screenshots for a look
-            shots = Path(os.environ['NL_EMBRYO_BROWSER_SHOTS']); shots.mkdir(parents=True, exist_ok=True)
-            (shots/'explorer-step30.png').write_bytes(before_png); (shots/'explorer-step10.png').write_bytes(after_png)
-            page.screenshot(path=str(shots/'jupyterlab.png'))
-        a, b = _pixels(before_png), _pixels(after_png)
-        h, w = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
-        changed = (np.abs(a[:h, :w] - b[:h, :w]).sum(-1) > 30).mean()
-        assert before_png != after_png and changed > 0.01, f"only {changed:.2%} of the pixels changed"
-        assert page.errors == [], page.errors
-        assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
+        assert time.time() - t0 < 120
+        yield page
     finally:
         page.close()
+
+
+def test_explorer_slider_changes_the_chart_in_jupyterlab(explorer_page, jupyterlab):
+    t0, page = time.time(), explorer_page
+    chart = page.locator('.nl-attention-map').first                # the notebook's explorer (a run selector's comes below it)
+    readout = page.locator('.nl-step-slider .widget-readout').first
+    assert readout.text_content().strip() == '30'
+    chart.scroll_into_view_if_needed()
+    before_html, before_png = chart.inner_html(), chart.screenshot()
+
+    page.locator('.nl-step-slider .noUi-handle').first.focus()
+    page.keyboard.press('ArrowLeft')                                # step 30 -> 10
+    page.wait_for_function("() => document.querySelector('.nl-step-slider .widget-readout').textContent.trim() === '10'",
+                           timeout=30_000)
+    try:                                                            # the kernel redraws: map, scores, then the table
+        page.wait_for_function("() => document.querySelector('.nl-attention-table').textContent.includes('at step 10')",
+                               timeout=60_000)
+    except Exception: pytest.fail(f"the views were not redrawn for step 10:\n{jupyterlab['log'].read_text()[-2000:]}")
+    assert chart.inner_html() != before_html, 'the map did not change after the slider moved'
+    page.wait_for_timeout(300)
+    after_png = chart.screenshot()
+
+    if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):                   # keep the screenshots for a look
+        shots = Path(os.environ['NL_EMBRYO_BROWSER_SHOTS']); shots.mkdir(parents=True, exist_ok=True)
+        (shots/'explorer-step30.png').write_bytes(before_png); (shots/'explorer-step10.png').write_bytes(after_png)
+        page.screenshot(path=str(shots/'jupyterlab.png'))
+    a, b = _pixels(before_png), _pixels(after_png)
+    h, w = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
+    changed = (np.abs(a[:h, :w] - b[:h, :w]).sum(-1) > 30).mean()
+    assert before_png != after_png and changed > 0.01, f"only {changed:.2%} of the pixels changed"
+    assert page.errors == [], page.errors
+    assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
     assert time.time() - t0 < 120
+
+
+ADD_CELL = """async (source) => {                                  // a code cell below the explorer's, run
+    const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+    const i = nb.model.sharedModel.cells.findIndex(c => c.getSource().includes('AttentionExplorer.from_run(')) + 1;
+    nb.model.sharedModel.insertCell(i, {cell_type: 'code', source});
+    nb.activeCellIndex = i;
+    await app.commands.execute('notebook:run-cell');
+}"""
+
+
+def test_explorer_run_selector_switches_runs_in_jupyterlab(explorer_page, jupyterlab):
+    """`AttentionExplorer.from_runs` in the explorer's notebook: choosing the other run in the run dropdown shows that
+    run's steps (the read-out: 30 -> 40), its head's class and its map."""
+    from playwright.sync_api import expect
+    t0, page = time.time(), explorer_page
+    runs = {k: str(v) for k, v in jupyterlab['runs'].items()}
+    page.evaluate(ADD_CELL, f"AttentionExplorer.from_runs({runs!r}, compute=False)")
+    ex = page.locator('.widget-vbox').filter(has=page.locator('.widget-html', has_text='attention explorer: 2 runs'))
+    try: ex.locator('.nl-attention-map img').wait_for(state='visible', timeout=60_000)
+    except Exception: pytest.fail(f"the explorer of two runs did not appear; notebook errors: {stderr_outputs(page)[-3:]}")
+    select, readout = ex.locator('.widget-dropdown select').first, ex.locator('.nl-step-slider .widget-readout')
+    chart, table = ex.locator('.nl-attention-map'), ex.locator('.nl-attention-table')
+    assert select.locator('option').all_inner_texts() == ['run', 'other']            # the run selector, on the first run
+    expect(readout).to_have_text('30', timeout=30_000)
+    expect(table).to_contain_text('layer 2, head 1 at step 30: diagonal')         # next-token attention
+    chart.scroll_into_view_if_needed()
+    before_html, before_png = chart.inner_html(), chart.screenshot()
+
+    select.select_option(label='other')                                            # the kernel loads the other run's tables
+    expect(readout).to_have_text('40', timeout=30_000)                             # its steps: 20 and 40, no 30
+    expect(table).to_contain_text('layer 2, head 1 at step 40: self', timeout=30_000)
+    assert chart.inner_html() != before_html, 'the map did not change with the run'
+    page.wait_for_timeout(300)
+    after_png = chart.screenshot()
+    if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):
+        shots = Path(os.environ['NL_EMBRYO_BROWSER_SHOTS']); shots.mkdir(parents=True, exist_ok=True)
+        (shots/'explorer-run.png').write_bytes(before_png); (shots/'explorer-other.png').write_bytes(after_png)
+    a, b = _pixels(before_png), _pixels(after_png)
+    h, w = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
+    changed = (np.abs(a[:h, :w] - b[:h, :w]).sum(-1) > 30).mean()
+    assert changed > 0.01, f"only {changed:.2%} of the map's pixels changed with the run"
+    assert page.errors == [], page.errors
+    assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
+    assert time.time() - t0 < 60
+
+
+SAVED_STEPS = (0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 300)   # a real run's checkpoints (the demo's causal test run has these)
+
+
+def _real_sized_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
+    "Attention tables the size of a real run's: 11 checkpoints, 32-token maps, heads sharpening with the step."
+    tok, rng = char_tokenizer('abcdefghij'), np.random.default_rng(1)
+    sents = [''.join(rng.choice(list('abcdefghij'), int(rng.integers(30, 40)))) for _ in range(8)]
+    frames = []
+    for i, step in enumerate(SAVED_STEPS):
+        t = attention_tables(shifted_attention_model((-1, 0, 1)[i % 3], vocab_size=len(tok), sharpness=1.0 + i), tok, sents, map_len=32)
+        t.insert(0, 'step', step); frames.append(t)
+    return split_tables(pd.concat(frames, ignore_index=True))
+
+
+def _output_sizes(path: Path) -> dict:
+    "The JSON size of each output of a saved notebook, by cell and mime type (what a failing size check shows)."
+    nb = json.loads(path.read_text())
+    return {'metadata': len(json.dumps(nb['metadata'])),
+            **{f"cell {i} {k}": len(json.dumps(v)) for i, c in enumerate(nb['cells']) for o in c.get('outputs', [])
+               for k, v in (o.get('data') or {'(' + o['output_type'] + ')': o}).items()}}
+
+
+OPEN_NOTEBOOK = """async (path) => {                             // open a notebook beside the explorer's; its panel's id
+    const app = window.jupyterapp;
+    const panel = await app.commands.execute('docmanager:open', {path});
+    await panel.context.ready; await panel.sessionContext.ready;
+    return panel.id;
+}"""
+
+RAN_ALL = """(id) => {                                           // every code cell ran and the kernel is idle
+    const panel = window.jupyterapp.shell.widgets('main').find(w => w.id === id);
+    const cells = [...panel.content.model.cells].filter(c => c.type === 'code');
+    return panel.sessionContext.session.kernel.status === 'idle' && cells.every(c => c.executionCount !== null);
+}"""
+
+SAVE = """async (id) => {                                      // save the notebook (what Ctrl+S does); whether it is clean
+    const panel = window.jupyterapp.shell.widgets('main').find(w => w.id === id);
+    window.jupyterapp.shell.activateById(id);
+    await window.jupyterapp.commands.execute('docmanager:save');
+    return !panel.context.model.dirty;
+}"""
+
+
+def test_saved_explorer_notebook_stays_small_in_jupyterlab(explorer_page, jupyterlab):
+    """Issue 28: run the explorer notebook on a real-sized run (11 checkpoints, 32-token maps), move its step slider
+    and save it as JupyterLab does: the file stays under 1.3x its size (measured: 272 KB -> 1.53 MB when the step chart
+    carried its rows as a JSON list, saved one field per line; 292 KB with the rows as one CSV string)."""
+    t0, page = time.time(), explorer_page
+    base = jupyterlab['runs']['run'].parent
+    big = _run_folder(base/'real-sized', *_real_sized_tables())
+    if not (base/'data').exists(): (base/'data').symlink_to(ROOT/'nbs'/'data')    # the tutorial reads ../data/demo
+    nb = json.loads(EXPLORER_NB.read_text())                        # a copy whose run is the real-sized one
+    cell = next(c for c in nb['cells'] if ''.join(c['source']).startswith('run_dir = '))
+    cell['source'] = f"run_dir = {str(big)!r}"
+    saved = base/'lab'/'explorer-saved.ipynb'
+    saved.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+    size0 = saved.stat().st_size
+
+    pid = page.evaluate(OPEN_NOTEBOOK, saved.name)
+    page.evaluate(RUN_ALL)                                          # runs the current notebook: the one just opened
+    try: page.wait_for_function(RAN_ALL, arg=pid, timeout=90_000, polling=500)
+    except Exception: pytest.fail(f"the copy did not run; notebook errors: {stderr_outputs(page)[-3:]}")
+    panel = page.locator(f'[id="{pid}"]')
+    readout = panel.locator('.nl-step-slider .widget-readout')
+    assert readout.text_content().strip() == '300'
+    panel.locator('.nl-step-slider .noUi-handle').focus()
+    page.keyboard.press('ArrowLeft')                                # step 300 -> 200: the views are redrawn
+    panel.locator('.nl-attention-table', has_text='at step 200').wait_for(timeout=30_000)
+    assert page.evaluate(SAVE, pid), 'the notebook was still unsaved after the save command'
+    size1 = saved.stat().st_size
+    sizes = _output_sizes(saved)
+    assert not [k for k in sizes if '(error)' in k], f"a cell failed: {sizes}"
+    assert size1 < 1.3 * size0, f"saving grew the notebook {size0:,} -> {size1:,} bytes; outputs (JSON bytes): {sizes}"
+    assert page.errors == [], page.errors
+    assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
+    assert time.time() - t0 < 90
 
 
 # ---- Altair charts, live in JupyterLab with no network -------------------------------------------------------------

@@ -10,8 +10,9 @@ from transformers import AutoModelForMaskedLM, BertModel
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.corpora import char_tokenizer
 from nl_embryo.models import build_config, build_model, is_pair, load_model, quiet_transformers
-from nl_embryo.interventions import (INTERVENTIONS, apply_interventions, clean, clean_components, freeze_except_embeddings,
-                                     interventions_of, oracle_init, parse_interventions, remove_layers, rescale_init,
+from nl_embryo.interventions import (INTERVENTIONS, apply_interventions, canonical_component, canonical_interventions, clean,
+                                     clean_components, format_interventions, freeze_except_embeddings, interventions_of,
+                                     model_parts, oracle_init, parse_interventions, remove_layers, rescale_init,
                                      reverse_layers, shuffle_embeddings, substitute_embeddings, swap_embeddings,
                                      tokenizer_for)
 
@@ -155,10 +156,10 @@ def test_remove_every_second(models, arch):
 def test_remove_errors(models):
     m = models['bert']
     for kw in [dict(last=4), dict(last=0), dict(last=9), dict(every=1), dict(layers=[0, 1, 2, 3]), dict(layers=[7]),
-               dict(), dict(last=1, every=2)]:
+               dict(blocks=[0]), dict(blocks=[5]), dict(blocks=[1, 2, 3, 4]), dict(), dict(last=1, every=2), dict(blocks=[1], layers=[0])]:
         with pytest.raises(NlEmbryoError) as e: remove_layers(m, **kw)
         assert 'fix:' in str(e.value)
-    with pytest.raises(NlEmbryoError, match='4 layers'): remove_layers(m, last=4)
+    with pytest.raises(NlEmbryoError, match='4 blocks'): remove_layers(m, last=4)
 
 
 def test_albert_groups():
@@ -184,7 +185,14 @@ def test_albert_groups():
     assert (three.config.num_hidden_layers, three.config.num_hidden_groups) == (3, 2)
     assert torch.allclose(hidden(three)[-1], run(blocks[:6]), atol=1e-5)
     with pytest.raises(NlEmbryoError, match='ALBERT'): remove_layers(m, layers=[0])   # 0, 1, 1: not expressible
-    assert sorted(k for k in clean_components(m) if k.startswith('layer.')) == ['layer.0', 'layer.1']
+    comps, groups = clean_components(m), model_parts(m).layers
+    assert [comps[f'block{k}'] for k in range(1, 5)] == [[f'{groups}.{g}'] for g in (0, 0, 1, 1)]   # block k: the group it applies
+    assert not any(k.startswith('layer.') for k in comps)
+    # the Hugging Face spelling layer.N named group N: still so, recorded as the first block that applies it
+    for legacy, block in [('layer.0', 'block1'), ('layer.1', 'block3')]:
+        a, b = clean(m, legacy, seed=1), clean(m, block, seed=1)
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+        assert interventions_of(a) == interventions_of(b) == [{'name': 'clean', 'options': {'components': [block], 'seed': 1}}]
 
 
 @pytest.mark.parametrize('arch', ARCHS)
@@ -249,6 +257,7 @@ def component_params(arch, component, names):
         'layer_norms': lambda n: in_base(n) and re.search(r'LayerNorm|layer_norm', n),
         'encoder': lambda n: re.search(r'encoder\.(layer|albert_layer_groups)\.', n),
         'layer.0': lambda n: re.search(r'encoder\.(layer|albert_layer_groups)\.0\.', n),
+        'block1': lambda n: re.search(r'encoder\.(layer|albert_layer_groups)\.0\.', n),
         'embedding_projection': lambda n: 'embedding_hidden_mapping_in' in n or 'embeddings_project' in n,
         'head': lambda n: not in_base(n),
         'all': lambda n: True,
@@ -257,7 +266,7 @@ def component_params(arch, component, names):
 
 
 @pytest.mark.parametrize('arch', ARCHS)
-@pytest.mark.parametrize('components', ['word_embeddings', 'position_embeddings', 'layer_norms', 'encoder', 'layer.0',
+@pytest.mark.parametrize('components', ['word_embeddings', 'position_embeddings', 'layer_norms', 'encoder', 'layer.0', 'block1',
                                         'head', 'all', 'word_embeddings+layer_norms', 'embedding_projection'])
 def test_clean_changes_only_what_was_asked(models, arch, components):
     m = models[arch]
@@ -273,7 +282,8 @@ def test_clean_changes_only_what_was_asked(models, arch, components):
         assert new.get_output_embeddings().weight is new.get_input_embeddings().weight
     # seeded: the same seed gives the same weights
     assert all(torch.equal(p, q) for p, q in zip(clean(m, components, seed=3).parameters(), new.parameters()))
-    assert interventions_of(new) == [{'name': 'clean', 'options': {'components': components.split('+'), 'seed': 3}}]
+    recorded = [canonical_component(c) for c in components.split('+')]   # blocks counted from 1: layer.0 is recorded as block1
+    assert interventions_of(new) == [{'name': 'clean', 'options': {'components': recorded, 'seed': 3}}]
 
 
 def test_clean_reinitialises_a_loaded_model(tmp_path):
@@ -288,9 +298,12 @@ def test_clean_reinitialises_a_loaded_model(tmp_path):
 
 
 def test_clean_errors(models):
-    for comp in ['attention', 'layer.4', 'embedding_projection', '']:
+    for comp in ['attention', 'layer.4', 'block5', 'block0', 'embedding_projection', '']:
         with pytest.raises(NlEmbryoError) as e: clean(models['bert'], comp)
-        assert 'word_embeddings' in str(e.value) and 'layer.3' in str(e.value)
+        assert 'word_embeddings' in str(e.value) and 'block4' in str(e.value) and 'layer.3' not in str(e.value)
+        if comp.startswith(('layer.', 'block')): assert 'blocks block1..block4, counted from 1' in str(e.value)
+    with pytest.raises(NlEmbryoError) as e: clean(models['bert'], 'layer.4')
+    assert "block5 (given as layer.4)" in str(e.value)
     with pytest.raises(NlEmbryoError, match='no head'):
         with quiet_transformers(): clean(BertModel(build_config('bert', 'tiny', vocab_size=V), add_pooling_layer=False), 'head')
 
@@ -451,3 +464,74 @@ def test_from_a_run_checkpoint(tmp_path):
     new = apply_interventions(model, 'remove_layers(last=2),clean(components=head)')
     x = tok(['the cat sat on the mat'], return_tensors='pt')['input_ids']
     assert out(new, x).shape == (1, x.shape[1], 8000) and tokenizer_for(new, tok) is tok
+
+
+# ---- one layer numbering: blocks counted from 1, the Hugging Face module spelling read too
+
+
+@pytest.mark.parametrize('arch', ['bert', 'albert', 'gpt-neox'])
+def test_old_and_new_block_spelling_give_the_same_intervention(arch):
+    "`layer.N` (the Hugging Face module index, from 0) and `block{N+1}` give the same model and the same record, in the new spelling."
+    torch.manual_seed(0)
+    m = build_model(arch, 'tiny', vocab_size=V, max_position=64).eval()
+    same = lambda a, b: all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    legacy, block = ('layer.0', 'block1') if arch == 'albert' else ('layer.1', 'block2')   # ALBERT's tiny model: one shared group, layer.0
+    old, new = clean(m, f'{legacy}+layer_norms', seed=2), clean(m, [block, 'layer_norms'], seed=2)
+    assert same(old, new) and interventions_of(old) == interventions_of(new) == [
+        {'name': 'clean', 'options': {'components': [block, 'layer_norms'], 'seed': 2}}]
+    if arch == 'albert':
+        with pytest.raises(NlEmbryoError, match='layer.1'): clean(m, 'layer.1')   # no such module: refused as before
+    if arch != 'albert':    # ALBERT's tiny model has one shared group: layer.1 does not exist there
+        a, b = remove_layers(m, layers=[0, 2]), remove_layers(m, blocks=[1, 3])
+        assert same(a, b) and interventions_of(a) == interventions_of(b) == [{'name': 'remove_layers', 'options': {'blocks': [1, 3]}}]
+        with pytest.raises(NlEmbryoError, match='blocks 1..4'): remove_layers(m, blocks=[0])    # counted from 1: there is no block 0
+        spec = "clean(components=layer.0, seed=1), remove_layers(layers=[3])"
+        assert format_interventions(canonical_interventions(spec)) == "clean(components=block1, seed=1), remove_layers(blocks=[4])"
+        x, y = apply_interventions(m, spec), apply_interventions(m, format_interventions(canonical_interventions(spec)))
+        assert same(x, y) and interventions_of(x) == interventions_of(y)
+        assert [r['options'] for r in interventions_of(x)] == [{'components': ['block1'], 'seed': 1}, {'blocks': [4]}]
+        assert interventions_of(apply_interventions(m, interventions_of(x))) == interventions_of(x)   # the record replays as itself
+
+
+def test_surgery_names_use_the_new_spelling():
+    from nl_embryo.surgery import DEFAULT_SURGERIES, SURGERY, parse_surgeries, surgery_checkpoint
+    assert 'clean:block1' in DEFAULT_SURGERIES and not any('layer.' in s for s in DEFAULT_SURGERIES)
+    assert parse_surgeries('reverse,clean:layer.0,clean:layer.1+layer_norms,remove_layers(layers=[0])') == (
+        'identity', 'reverse', 'clean:block1', 'clean:block2+layer_norms', 'remove_layers(blocks=[1])')
+    assert 'clean:block' in SURGERY.cli['help'] and 'Hugging Face module index' in SURGERY.cli['help']
+    torch.manual_seed(0)
+    m = build_model('bert', 'tiny', vocab_size=V, max_position=64).eval()
+    batches = [np.random.default_rng(0).integers(5, V, (4, 32))]
+    data = dict(batches=batches, seed=0, task=None)
+    old = surgery_checkpoint(m, None, data, surgeries=('clean:layer.0', 'remove_layers(layers=[1])'))
+    new = surgery_checkpoint(m, None, data, surgeries=('clean:block1', 'remove_layers(blocks=[2])'))
+    assert sorted(set(old.surgery)) == ['clean:block1', 'identity', 'remove_layers(blocks=[2])']    # the table names the block from 1
+    pd_equal = old.reset_index(drop=True).equals(new.reset_index(drop=True))
+    assert pd_equal
+
+
+def test_block_k_is_the_probes_and_attentions_layer_k(english_tokenizer):
+    "Cleaning block k leaves the probes' layers 0..k-1 and the attention's layers 1..k-1 as they were and changes layer k."
+    from nl_embryo.attention import attention_scores
+    from nl_embryo.probes import ProbeTask, extract_features
+    from nl_embryo.words import words_frame
+    import pandas as pd
+    tok = english_tokenizer
+    torch.manual_seed(0)
+    m = build_model('bert', 'tiny', vocab_size=len(tok), max_position=64).eval()
+    texts, words = words_frame([['The', 'cat', 'sat', 'on', 'the', 'mat', '.'], ['A', 'dog', 'ran', 'home', '.']] * 3)
+    targets = pd.DataFrame({'sent': words.sent, 'span1_start': words.wid, 'span1_end': words.wid + 1, 'span2_start': -1,
+                            'span2_end': -1, 'label': 'X', 'type': words.word, 'split': 'train'})
+    task = ProbeTask('t', texts, words, targets)
+    sentences = [' '.join(map(str, words[words.sent == s].word)) for s in range(4)]
+    scores = lambda net: attention_scores(net, tok, sentences).set_index(['layer', 'head', 'pattern'])['value'].sort_index()
+    X0, a0 = extract_features(m, tok, task)[0], scores(m)
+    for k in (1, 3):
+        cut = clean(m, f'block{k}', seed=5)
+        assert clean(m, f'layer.{k - 1}', seed=5).state_dict().keys() == cut.state_dict().keys()
+        X = extract_features(cut, tok, task)[0]
+        same = [np.array_equal(X0[:, layer], X[:, layer]) for layer in range(X0.shape[1])]
+        assert same == [True] * k + [False] * (X0.shape[1] - k), (k, same)          # probe layer k: the output of block k
+        a = scores(cut)
+        changed = sorted({layer for (layer, _, _), v in (a - a0).abs().items() if v > 1e-9})
+        assert changed and changed[0] == k, (k, changed)                              # attention layer k: block k's attention

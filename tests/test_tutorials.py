@@ -1,10 +1,12 @@
-"""What the README and the tutorials show: their stored outputs (they are the docs pages) carry no machine paths and no
-warnings, and every `nl-embryo` command the tutorials and the README's command block document exists as written."""
+"""What the notebooks show: their stored outputs (they are the docs pages) carry no machine paths, and those of the README
+and the tutorials no warnings; and every `nl-embryo` command the tutorials and the README's command block document exists as written."""
 import argparse, json, re, shlex, tempfile
+from pathlib import Path
 
 from conftest import ROOT, cli
 
 PAGES = [ROOT/'nbs'/'index.ipynb', *sorted((ROOT/'nbs'/'tutorials').glob('*.ipynb'))]   # the README source and the tutorials
+NOTEBOOKS = sorted(p for p in (ROOT/'nbs').rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)   # every page of the docs
 README_COMMANDS = 'e426ddef'   # the id of the README source's "## The command line" cell (nbs/index.ipynb)
 
 
@@ -12,20 +14,33 @@ def _text(o) -> str:
     "The text of a stored output: a stream's, or a display's text/plain and text/html."
     if o.get('output_type') == 'stream': parts = [o.get('text', '')]
     elif o.get('output_type') == 'error': parts = [o.get('evalue', ''), *o.get('traceback', [])]
-    else: parts = [(o.get('data') or {}).get(m, '') for m in ('text/plain', 'text/html')]
+    else: parts = [(o.get('data') or {}).get(m, '') for m in ('text/plain', 'text/html', 'text/markdown')]
     return ''.join(''.join(p) if isinstance(p, list) else p for p in parts)
 
 
-def test_no_stored_output_carries_a_temporary_path_or_a_warning():
-    "The README and the tutorials show neither the machine's temporary folders (`/tmp/tmpXXXX/run`) nor a `...Warning:` line."
-    tmp = {'/tmp/', tempfile.gettempdir().rstrip('/') + '/'}
+def _machine_paths(text: str) -> list[str]:
+    "The machine's paths in `text`: temporary folders (`/tmp/...`, `tmpXXXXXXXX`), the checkout's own path and the home folder."
+    tmp = {'/tmp/', tempfile.gettempdir().rstrip('/') + '/', str(ROOT.resolve()) + '/', str(Path.home()) + '/'}
+    return [t for t in tmp if t in text] + re.findall(r'\btmp[a-z0-9_]{8}\b', text)
+
+
+def test_no_stored_output_carries_a_machine_path():
+    "No notebook under nbs/ (chapters, tutorials, experiments, infra, the README) shows a temporary folder, the checkout's path or the home folder in a stored output."
+    bad = []
+    for nb_path in NOTEBOOKS:
+        for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
+            for o in c.get('outputs', []):
+                if found := _machine_paths(_text(o)): bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({c.get('id')}): {sorted(set(found))}")
+    assert bad == [], '\n'.join(bad)
+
+
+def test_no_stored_output_of_the_readme_and_tutorials_carries_a_warning():
+    "The README and the tutorials show no `...Warning:` line."
     bad = []
     for nb_path in PAGES:
         for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
             for o in c.get('outputs', []):
-                text = _text(o)
-                found = [t for t in tmp if t in text] + re.findall(r'\w*Warning:', text)
-                if found: bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({c.get('id')}): {sorted(set(found))}")
+                if found := re.findall(r'\w*Warning:', _text(o)): bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({c.get('id')}): {sorted(set(found))}")
     assert bad == [], '\n'.join(bad)
 
 
