@@ -18,7 +18,7 @@ from fastcore.basics import patch
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
                             is_disk_full, native_bf16, sha256_file, check_writable)
-from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, load_corpus, tokenizer_dir
+from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, corpus_sources, load_corpus, tokenizer_dir
 from .data import fetch, is_fetched
 from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, PAIR_ARCHS, CAUSAL_ARCHS,
                               POSITION_INITS, is_pair,
@@ -29,11 +29,10 @@ from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model,
                                    remove_interrupted_saves, save_checkpoint, verify_checkpoint)
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'CORPUS_SOURCES',
-           'TOKENIZER_SOURCES', 'Lamb', 'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig',
-           'check_config', 'warmup_steps', 'batch_size_at', 'data_position', 'unigram_log_probs', 'set_output_bias',
-           'eval_batches', 'unigram_entropy', 'batch_rows', 'training_attention', 'corpus_sources',
-           'fetch_corpus_sources', 'check_out_folder', 'pretrain', 'pretrain_seeds']
+__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'Lamb', 'make_optimizer',
+           'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'check_config', 'warmup_steps', 'batch_size_at',
+           'data_position', 'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
+           'training_attention', 'fetch_corpus_sources', 'check_out_folder', 'pretrain', 'pretrain_seeds']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
@@ -157,10 +156,10 @@ RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe))
 class PretrainConfig:
     "Everything that defines a pre-training run. Options left at None come from the recipe (`recipe`, default: the preset's)."
     out: str = 'runs/demo'            # the run folder
-    arch: str = 'bert'                # bert | roberta | albert | electra | ale | script
+    arch: str = 'bert'                # masked: bert | roberta | albert | electra | ale | script; causal: gpt2 | gpt-neox | llama
     preset: str = 'tiny'              # model size: mini | tiny | tiny2 | small | base (nl_embryo.models.PRESETS)
     corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA)
-    objective: str | None = None      # mlm | electra | script (default: follows arch)
+    objective: str | None = None      # mlm | electra | script | clm (default: follows arch)
     recipe: str | None = None         # the recipe behind the options left at None: bert | mini | tiny | tiny2 | small | base (default: the preset's)
     steps: int = 300                  # optimizer steps
     batch_size: int = 32              # sequences per optimizer step (all processes and accumulation steps together)
@@ -576,23 +575,6 @@ def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
     return SimpleNamespace(corpus=corpus, tok=tok, train=train, ws=ws, log_unigram=log_unigram, eval_batches=ev_batches,
                            h_unigram=h_unigram, eval_split=eval_split)
 
-# %% ../nbs/04_pretrain.ipynb #3e5e2145
-CORPUS_SOURCES = {'code': ('code',), 'protein': ('protein-small',)}   # corpora read from a data source, not through the split registry
-TOKENIZER_SOURCES = {'english': ('brown', 'sotu'), 'turkish': ('turkish',), 'talmud': ('talmud',), 'code': ('code',), 'protein': ()}
-
-def corpus_sources(corpus: str,             # a corpus of `CORPORA`
-                   vocab_size: int = 8000,  # the vocabulary of its tokenizer
-                  ) -> tuple:               # registered data source names, each once
-    "The registered data sources that building `corpus` reads: its documents', and its tokenizer's while that is not trained yet."
-    if corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {corpus!r}", f"choose one of: {', '.join(CORPORA)}")
-    spec = CORPORA[corpus]
-    names = [*spec.split_sources, *CORPUS_SOURCES.get(corpus, ())]
-    tokenizers = [(spec.tokenizer, vocab_size)] + ([('english', 8000)] if spec.artificial else [])   # Zipf corpora draw from the English unigram
-    for name, n in tokenizers:
-        if not tokenizer_dir(name, n).exists(): names += TOKENIZER_SOURCES[name]
-    return tuple(dict.fromkeys(names))
-
-
 # %% ../nbs/04_pretrain.ipynb #5e9a230b
 def fetch_corpus_sources(cfg: PretrainConfig,  # a resolved config: its corpus and the options of its build are read
                          quiet: bool = False,  # no progress bar and no line per fetched source
@@ -704,7 +686,8 @@ def _log(acc, metrics_path: Path, h_unigram: float, row: dict) -> None:
 # %% ../nbs/04_pretrain.ipynb #f127d3cc
 def _forward_backward(module, acc, train, rows, mb: int, step: int, cfg, device):
     """The gradient of optimizer step `step` on this process's slots of the batch `rows` (`mb` blocks per micro-batch),
-    clipped to `cfg.max_grad_norm`: the gradient norm and the mean objective statistics, read from the device in one sync."""
+    clipped to `cfg.max_grad_norm`: the gradient norm and the objective statistics averaged over all processes' slots (the
+    whole batch's, as with accumulation), read from the device in one sync."""
     W, rank, A = acc.num_processes, acc.process_index, cfg.grad_accum
     stats = {}
     for a in range(A):
@@ -721,7 +704,9 @@ def _forward_backward(module, acc, train, rows, mb: int, step: int, cfg, device)
             if k != 'n_masked' and torch.is_tensor(v): stats[k] = stats.get(k, 0.0) + v.detach().float() / A
     if cfg.max_grad_norm: gnorm = acc.clip_grad_norm_(module.parameters(), cfg.max_grad_norm)
     else: gnorm = torch.norm(torch.stack([p.grad.norm() for p in module.parameters() if p.grad is not None]))
-    values = torch.stack([torch.as_tensor(gnorm, dtype=torch.float32, device=device), *stats.values()]).tolist()   # one sync
+    means = torch.stack(list(stats.values()))
+    if W > 1: means = acc.reduce(means, reduction='mean')                # every process's slots: the whole batch's statistics
+    values = torch.cat([torch.as_tensor(gnorm, dtype=torch.float32, device=device).reshape(1), means]).tolist()   # one sync
     return values[0], dict(zip(stats, values[1:]))
 
 # %% ../nbs/04_pretrain.ipynb #f65cbcc5
