@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_scoring.ipynb #589f4ae8
 from __future__ import annotations
-import json
+import json, os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_dir, cache_path, sha256_file
+from .core import NlEmbryoError, atomic_dir, cache_path, file_mode, sha256_file
 from .models import is_causal, lm_head, mlm_head, quiet_transformers, max_positions
 from .torchzip import read_torch_zip
 from .corpora import CORPORA
@@ -386,6 +386,7 @@ def antiberty_dir(force: bool = False,  # convert again even when the converted 
     if cfg.vocab_size != len(tok): raise NlEmbryoError(f"AntiBERTy has {cfg.vocab_size} ids but vocab.txt {len(tok)}", "fetch antiberty again")
     with atomic_dir(dest, overwrite=True) as tmp:
         save_file(weights, str(tmp/'model.safetensors'), metadata={'format': 'pt'})
+        os.chmod(tmp/'model.safetensors', file_mode())      # safetensors writes 0600 whatever the umask
         cfg.save_pretrained(tmp); tok.save_pretrained(tmp)
         (tmp/'nl_embryo_conversion.json').write_text(json.dumps(dict(source=str(src), sha256=sha256_file(src), tied_decoder=tied,
                                                                       dropped=sorted(set(raw) - set(weights) - {'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias'})), indent=1))

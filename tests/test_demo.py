@@ -6,7 +6,7 @@ import subprocess
 
 import pandas as pd
 
-from conftest import nl_embryo_cmd
+from conftest import cli, nl_embryo_cmd
 
 SECTIONS = ['Training curves', 'Phases', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge', 'Surgery over time']
 
@@ -18,7 +18,7 @@ def demo(out, *args):
     return r
 
 
-def test_demo_trains_measures_reports_and_resumes(tmp_path):
+def test_demo_trains_measures_reports_and_resumes(tmp_path, capsys, monkeypatch, one_torch_thread):
     out = tmp_path/'demo'
     r = demo(out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')      # mini: the analyses at the least cost
     ckpts = sorted(int(p.name[4:]) for p in (out/'checkpoints').iterdir() if p.name.startswith('step'))
@@ -44,15 +44,17 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path):
 
     steps_logged = [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()]
     mtime = (out/'report.html').stat().st_mtime_ns
-    demo(out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')      # complete run: reused, analyses read their caches
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')                   # the report's kernel inherits it, as from the console script
+    # the second call and `analyze` run in this process (`main`): the console script was exercised above, a new interpreter adds only its start
+    rc, said = cli(capsys, 'demo', '--out', out, '--steps', '8', '--analysis-steps', '3', '--preset', 'mini')   # complete run: reused, caches read
+    assert rc == 0, said[-3000:]
     assert [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()] == steps_logged
     assert (out/'report.html').stat().st_mtime_ns > mtime
     # the CLI's defaults are the demo's: `analyze --probes` finds the demo's cache (no new cache entry) and its table rows
     cache = sorted(p.name for p in (out/'analysis'/'cache').rglob('*.parquet'))
     rows = len(pd.read_parquet(out/'analysis'/'probes.parquet'))
-    r = subprocess.run(nl_embryo_cmd('analyze', out, '--probes', '--steps', '0,4,8', '--quiet'), capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, OMP_NUM_THREADS='1'))
-    assert r.returncode == 0, r.stderr[-2000:]
+    rc, said = cli(capsys, 'analyze', out, '--probes', '--steps', '0,4,8', '--quiet')
+    assert rc == 0, said[-2000:]
     assert sorted(p.name for p in (out/'analysis'/'cache').rglob('*.parquet')) == cache
     assert len(pd.read_parquet(out/'analysis'/'probes.parquet')) == rows
 
