@@ -255,7 +255,7 @@ def test_pretrain_refuses_a_vocabulary_below_the_tokenizers_minimum(tmp_path, ca
     import nl_embryo.pretrain as P
     monkeypatch.setenv('NL_EMBRYO_DATA', str(tmp_path/'cache'))
     monkeypatch.setattr(P, 'fetch', lambda names, quiet=False: {})
-    monkeypatch.setitem(C.TOKENIZERS, 'english', (lambda: ['the cat sat on the mat', 'a dog ran'] * 20, 'wordpiece', dict(lowercase=True)))
+    monkeypatch.setitem(C.TOKENIZERS, 'english', C.TokenizerSpec(lambda: ['the cat sat on the mat', 'a dog ran'] * 20, 'wordpiece', dict(lowercase=True)))
     rc, out = cli(capsys, 'pretrain', *TINY, '--out', tmp_path/'run', '--vocab-size', 10)
     refused(rc, out, '--vocab-size 10 is too small for the english tokenizer')
     need = int(re.search(r'alone take (\d+) pieces', out).group(1))
