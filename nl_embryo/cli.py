@@ -127,13 +127,16 @@ def _analyze_set(args, steps):
         print(f"{name}: {len(runs)} runs, {len(df) - len(pooled):,} rows, {seeds}{where}")
 
 # %% ../nbs/15_cli.ipynb #14fb4a8e
-def _add_analyze(sub):
+def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
+                 full: bool=True,  # False: only its name and help line, for `nl-embryo --help` (its flags import every analysis chapter)
+                ):
     "`nl-embryo analyze`: a flag per registered analysis (nl_embryo.analysis.analyses())."
-    from nl_embryo.analysis import analyses
-    reg = analyses()
     a = sub.add_parser('analyze', help='run embryology analyses over the checkpoints of a run (cached per checkpoint)',
                        description='Run the registered analyses over the checkpoints of a run: their tables accumulate in RUN/analysis/ '
                                    '(more steps or other options add rows), cached per checkpoint.', allow_abbrev=False)
+    if not full: return
+    from nl_embryo.analysis import analyses
+    reg = analyses()
     a.add_argument('run', metavar='RUN', nargs='+', help='a run folder of nl_embryo, a Trainer output folder, step folders, a hub-cache repository, a mapping file '
                    'or a model folder; several, or a folder of seed runs (nl-embryo pretrain --seeds): one set of runs, with intervals over the seeds')
     a.add_argument('--out', default=None, metavar='DIR', help='where the analyses of checkpoints nl_embryo did not write go (default: a folder of the data '
@@ -226,13 +229,16 @@ def _pretrain_choices() -> dict:
                 position_init=POSITION_INITS)
 
 # %% ../nbs/15_cli.ipynb #c4312aea
-def _add_pretrain(sub):
+def _add_pretrain(sub,              # the sub-commands of the `nl-embryo` parser
+                  full: bool=True,  # False: only its name and help line, for `nl-embryo --help` (its flags import torch and transformers)
+                 ):
     "`nl-embryo pretrain`: one flag per field of `PretrainConfig` (underscores become dashes), with its help line and choices."
     import dataclasses, typing
-    from nl_embryo.pretrain import PretrainConfig, RECIPE_FIELDS
     p = sub.add_parser('pretrain', help='pre-train a model from scratch with a checkpoint timeline',
-                       description='Pre-train a BERT-family model; every option of PretrainConfig is a flag. Options left out '
+                       description='Pre-train a masked (BERT-family) or causal language model; every option of PretrainConfig is a flag. Options left out '
                                    "come from the recipe (--recipe, default: the preset's).")
+    if not full: return
+    from nl_embryo.pretrain import PretrainConfig, RECIPE_FIELDS
     hints, notes, choices = typing.get_type_hints(PretrainConfig), _field_comments(PretrainConfig), _pretrain_choices()
     for f in dataclasses.fields(PretrainConfig):
         flag = '--' + f.name.replace('_', '-')
@@ -278,6 +284,37 @@ def unknown_flags_error(parser: argparse.ArgumentParser,  # the `nl-embryo` pars
     return f"{sub.prog}: error: unrecognized argument(s): {said}\n(`{sub.prog} --help` lists the options)"
 
 
+# %% ../nbs/15_cli.ipynb #1751e5ba
+def _add_demo(sub,              # the sub-commands of the `nl-embryo` parser
+              full: bool=True,  # False: only its name and help line, for `nl-embryo --help` (its defaults import the demo chapter)
+             ):
+    "`nl-embryo demo`: the main job, with the demo's defaults in its help lines."
+    d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report',
+                       description='The main job: fetch the data it reads, pre-train the tiny2 BERT on English with a timeline of checkpoints '
+                                   '(resuming a demo already in --out), run the registered analyses on --analysis-steps of them and write '
+                                   'report.ipynb and report.html into the run folder; prints the three checks.')
+    if not full: return
+    from nl_embryo.models import ARCHS
+    from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS, DEMO_SPREAD, SPREADS
+    d.add_argument('--out', default=None, help='the run folder (the report is written into it; default runs/demo, or runs/demo-ARCH for another --arch)')
+    d.add_argument('--arch', default=None, choices=ARCHS,
+                   help=f"the architecture (default {DEMO_DEFAULTS['arch']}; gpt-neox, gpt2 or llama: a causal embryo, with previous-token and induction heads)")
+    d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
+                   help=f"model size (default {DEMO_DEFAULTS['preset']}; tiny: twice its depth, ~7 minutes on 2 cores; small or base: a larger study on a GPU server)")
+    d.add_argument('--steps', type=int, default=None, help=f"optimizer steps (default: the preset's, {DEMO_DEFAULTS['steps']} for {DEMO_DEFAULTS['preset']})")
+    d.add_argument('--analysis-steps', type=int, default=DEMO_ANALYSIS_STEPS, metavar='N',
+                   help=f'run the registered analyses on N checkpoints, the first and the last among them (default {DEMO_ANALYSIS_STEPS})')
+    d.add_argument('--analysis-spread', default=DEMO_SPREAD, choices=SPREADS,
+                   help=f'spread those checkpoints evenly over the steps (linear) or over their logarithm (log: dense early steps; default {DEMO_SPREAD})')
+    d.add_argument('--no-analyses', action='store_true', help='train and report the training curves only')
+    d.set_defaults(func=_demo)
+
+# %% ../nbs/15_cli.ipynb #c7d969f2
+def _command_of(argv: list[str],  # the arguments after `nl-embryo`
+               ) -> str | None:   # the sub-command they name (None: none)
+    "The first argument that is not a flag: the `nl-embryo` parser has no option that takes a value, so argparse reads the same."
+    return next((str(a) for a in argv if not str(a).startswith('-')), None)
+
 # %% ../nbs/15_cli.ipynb #38409fc9
 def _add_data_corpus(sub):
     "`nl-embryo data` (fetch, list, verify) and `nl-embryo corpus` (list, build)."
@@ -303,43 +340,28 @@ def _add_data_corpus(sub):
     b.set_defaults(func=_corpus_build)
 
 # %% ../nbs/15_cli.ipynb #6abb627d
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(argv: list[str] | None = None,  # the command line it will parse: only the sub-command it names is built in full (None: every one)
+               ) -> argparse.ArgumentParser:
     "The argument parser of `nl-embryo`."
     p = CliParser(prog='nl-embryo', description='Language-model embryology: pre-train, keep a checkpoint timeline, measure.',
                                 allow_abbrev=False)
     p.add_argument('--version', action='version', version=f'nl_embryo {__version__}')
     sub = p.add_subparsers(dest='command', metavar='COMMAND')
     sub.required = True
+    full = {name: argv is None or name == _command_of(argv) for name in ('pretrain', 'analyze', 'demo')}
 
     _add_data_corpus(sub)
 
-    _add_pretrain(sub)
+    _add_pretrain(sub, full['pretrain'])
 
-    _add_analyze(sub)
+    _add_analyze(sub, full['analyze'])
     _add_timeline(sub)
     _add_verify(sub)
 
     from nl_embryo.batch import add_sweep_parser
     add_sweep_parser(sub)
 
-    from nl_embryo.models import ARCHS
-    from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS, DEMO_SPREAD, SPREADS
-    d = sub.add_parser('demo', help='the main job: pre-train a small BERT on English with a checkpoint timeline, analyse it and write a report',
-                       description='The main job: fetch the data it reads, pre-train the tiny2 BERT on English with a timeline of checkpoints '
-                                   '(resuming a demo already in --out), run the registered analyses on --analysis-steps of them and write '
-                                   'report.ipynb and report.html into the run folder; prints the three checks.')
-    d.add_argument('--out', default=None, help='the run folder (the report is written into it; default runs/demo, or runs/demo-ARCH for another --arch)')
-    d.add_argument('--arch', default=None, choices=ARCHS,
-                   help=f"the architecture (default {DEMO_DEFAULTS['arch']}; gpt-neox, gpt2 or llama: a causal embryo, with previous-token and induction heads)")
-    d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
-                   help=f"model size (default {DEMO_DEFAULTS['preset']}; tiny: twice its depth, ~7 minutes on 2 cores; small or base: a larger study on a GPU server)")
-    d.add_argument('--steps', type=int, default=None, help=f"optimizer steps (default: the preset's, {DEMO_DEFAULTS['steps']} for {DEMO_DEFAULTS['preset']})")
-    d.add_argument('--analysis-steps', type=int, default=DEMO_ANALYSIS_STEPS, metavar='N',
-                   help=f'run the registered analyses on N checkpoints, the first and the last among them (default {DEMO_ANALYSIS_STEPS})')
-    d.add_argument('--analysis-spread', default=DEMO_SPREAD, choices=SPREADS,
-                   help=f'spread those checkpoints evenly over the steps (linear) or over their logarithm (log: dense early steps; default {DEMO_SPREAD})')
-    d.add_argument('--no-analyses', action='store_true', help='train and report the training curves only')
-    d.set_defaults(func=_demo)
+    _add_demo(sub, full['demo'])
 
     doc = sub.add_parser('docs', help='render the docs site (Quarto where installed, else the nbconvert fallback)',
                          description='Render the docs site from the notebooks in nbs/ into _docs/ (Quarto where installed, else the nbconvert '
@@ -361,8 +383,8 @@ def _all_parsers(p: argparse.ArgumentParser):
 def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None: the command line's, sys.argv[1:])
         ) -> int:                         # the exit status: 0 done, 2 an NlEmbryoError (printed, no traceback), 130 interrupted
     "Entry point of the `nl-embryo` console script."
-    parser = make_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = make_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:                                                  # a mistyped flag: named with the closest one of its command
         print(unknown_flags_error(parser, argv, extra), file=sys.stderr)
