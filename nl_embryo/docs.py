@@ -129,7 +129,9 @@ def process_notebooks(cfg,                           # nbdev's config of the pro
     keep = {(cache/f.relative_to(nbs)).resolve() for f in files}
     for p in cache.rglob('*.ipynb'):   # processed copies of notebooks that are gone
         if p.resolve() not in keep and not any(s.startswith(('_', '.')) for s in p.relative_to(cache).parts): p.unlink()
-    tasks = [t for f in files if (t := _proc_file(f, cache, nbs, mtime=cache.stat().st_mtime))]
+    # a notebook is processed again when it is newer than its own processed copy (not than the folder: a build that
+    # touched the folder without processing a notebook edited before it would hide that edit for good)
+    tasks = [t for f in files if (t := _proc_file(f, cache, nbs))]
     failed, warned, here = {}, {}, []
     n = min(len(tasks), n_workers if n_workers is not None else min(4, os.cpu_count() or 1))
     bar = dict(total=len(tasks), desc='processing notebooks', disable=quiet or len(tasks) < 2, leave=False)
