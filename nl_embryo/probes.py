@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from .registry import Analysis, analyze, register
 from .stats import cluster_bootstrap, interval_columns
-from .charts import edge_baselines, interval_band, line_legend, save_chart, step_axis, step_marks, step_slider, y_domain   # (save_chart: also importable from here, as before)
+from .charts import edge_baselines, interval_band, line_legend, save_chart, step_axis, step_label, step_marks, step_slider, y_domain   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
 from .timeline import Run
@@ -527,8 +527,10 @@ def probe_heatmap_chart(df: pd.DataFrame,         # the probes results over step
         low = float(df.loc[df['metric'] == 'majority', 'value'].min())
         legend_title = [what, f'from the majority class ({low:.2f}) to 1']
     else: low, legend_title = 0.0, [what, 'from 0 to 1']
+    first = int(d['step'].min()) if len(d) else 0   # a timeline saved from a later step on has no initialisation column
+    x_title = 'checkpoint (step)' + (f" (first checkpoint: step {step_label(first)}; no step 0)" if first > 0 else '')
     return alt.Chart(d).mark_rect().encode(
-        x=alt.X('step:O', title='checkpoint (step)', axis=alt.Axis(labelAngle=0)), y=alt.Y('layer:O', sort='descending'),
+        x=alt.X('step:O', title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y('layer:O', sort='descending'),
         color=alt.Color('value:Q', scale=alt.Scale(scheme='viridis', domain=[low, 1.0], clamp=True), title=legend_title),
         tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f')]
     ).properties(width=alt.Step(28), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
