@@ -24,23 +24,22 @@ def _machine_paths(text: str) -> list[str]:
     return [t for t in tmp if t in text] + re.findall(r'\btmp[a-z0-9_]{8}\b', text)
 
 
+def _stored_outputs(paths):
+    "(where, text) for every stored output of the notebooks at `paths`: where names the notebook, the cell and its id."
+    for nb_path in paths:
+        for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
+            for o in c.get('outputs', []): yield f"{nb_path.relative_to(ROOT)} cell {i} ({c.get('id')})", _text(o)
+
+
 def test_no_stored_output_carries_a_machine_path():
     "No notebook under nbs/ (chapters, tutorials, experiments, infra, the README) shows a temporary folder, the checkout's path or the home folder in a stored output."
-    bad = []
-    for nb_path in NOTEBOOKS:
-        for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
-            for o in c.get('outputs', []):
-                if found := _machine_paths(_text(o)): bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({c.get('id')}): {sorted(set(found))}")
+    bad = [f"{where}: {sorted(set(found))}" for where, text in _stored_outputs(NOTEBOOKS) if (found := _machine_paths(text))]
     assert bad == [], '\n'.join(bad)
 
 
 def test_no_stored_output_of_the_readme_and_tutorials_carries_a_warning():
     "The README and the tutorials show no `...Warning:` line."
-    bad = []
-    for nb_path in PAGES:
-        for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
-            for o in c.get('outputs', []):
-                if found := re.findall(r'\w*Warning:', _text(o)): bad.append(f"{nb_path.relative_to(ROOT)} cell {i} ({c.get('id')}): {sorted(set(found))}")
+    bad = [f"{where}: {sorted(set(found))}" for where, text in _stored_outputs(PAGES) if (found := re.findall(r'\w*Warning:', text))]
     assert bad == [], '\n'.join(bad)
 
 
