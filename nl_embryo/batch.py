@@ -4,21 +4,24 @@
 
 # %% ../nbs/infra/batch.ipynb #bc1c9684
 from __future__ import annotations
-import ast, contextlib, dataclasses, difflib, hashlib, io, itertools, json, os, re, shlex, shutil, signal, socket, subprocess, sys, threading, time, traceback
+import ast, contextlib, dataclasses, difflib, hashlib, io, itertools, json, os, re, shlex, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback, uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import pandas as pd
 import yaml
+from jupyter_client import AsyncKernelManager
+from jupyter_core.paths import jupyter_runtime_dir
+from traitlets import CaselessStrEnum, default
 from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable, project_root
 
 # %% auto #0
-__all__ = ['GRID_ALIAS_LIMIT', 'RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'Job', 'job_id', 'expand_grid',
+__all__ = ['GRID_ALIAS_LIMIT', 'RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'job_id', 'Job', 'expand_grid',
            'experiment_fingerprint', 'notebook_parameters', 'check_types', 'notebook_checks', 'run_checks',
-           'check_grid', 'job_state', 'run_job', 'detect_gpus', 'worker_slots', 'SweepResult', 'sweep', 'collect',
-           'format_summary', 'write_slurm', 'run_job_index', 'add_sweep_parser']
+           'check_grid', 'job_state', 'IpcKernelManager', 'run_job', 'detect_gpus', 'worker_slots', 'SweepResult',
+           'collect', 'format_summary', 'sweep', 'write_slurm', 'run_job_index', 'add_sweep_parser']
 
 # %% ../nbs/infra/batch.ipynb #6ebeecd9
 GRID_ALIAS_LIMIT = 100_000   # the most YAML nodes a grid's aliases may expand to (nested aliases can blow a small file up into billions)
@@ -99,6 +102,12 @@ def load_grid(grid,       # a YAML file's path (.yaml, .yml, .json), YAML text, 
     return g
 
 # %% ../nbs/infra/batch.ipynb #ce2681af
+def job_id(params: dict,   # the job's parameters: name -> JSON-serialisable value
+          ) -> str:        # 10 hex digits
+    "The stable id of a job: a short hash of its parameters (order-independent; `1`, `1.0`, `'1'` and `true` differ)."
+    return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:10]
+
+# %% ../nbs/infra/batch.ipynb #8ba5b82f
 @dataclasses.dataclass
 class Job:
     "One job of a sweep: its parameters, a stable `id` (hash of the parameters), a readable `name`, its `index` in the sweep's manifest."
@@ -108,11 +117,7 @@ class Job:
     @property
     def id(self) -> str: return job_id(self.params)
 
-def job_id(params: dict,   # the job's parameters: name -> JSON-serialisable value
-          ) -> str:        # 10 hex digits
-    "The stable id of a job: a short hash of its parameters (order-independent; `1`, `1.0`, `'1'` and `true` differ)."
-    return hashlib.sha256(json.dumps(params, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:10]
-
+# %% ../nbs/infra/batch.ipynb #a71526a8
 def _fmt(v) -> str: return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
 
 def expand_grid(grid,            # a grid: a YAML file, YAML text or a dict (see `load_grid`)
@@ -330,6 +335,20 @@ def _restore_fds(saved):
         try: os.dup2(old, fd); os.close(old)
         except OSError: pass
 
+# %% ../nbs/infra/batch.ipynb #a1c0e5d2
+class IpcKernelManager(AsyncKernelManager):
+    "The kernel manager of every notebook nl_embryo executes: the kernel's five channels are Unix sockets with a name of their own."
+    transport = CaselessStrEnum(['tcp', 'ipc'], default_value='ipc', config=True)
+
+    @default('ip')
+    def _ip_default(self) -> str:
+        "The sockets' path prefix: in Jupyter's runtime folder, or the temporary folder where that path is too long for a socket."
+        name = f'nl-embryo-kernel-{uuid.uuid4().hex[:12]}'
+        folder = Path(jupyter_runtime_dir())
+        if len(str(folder/name)) > 90: folder = Path(tempfile.gettempdir())      # a socket's path holds at most 107 bytes
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder/name)
+
 # %% ../nbs/infra/batch.ipynb #7aea7ed2
 KERNEL_START_TIMEOUT = 300   # seconds a job's kernel may take to start (papermill's default, 60, is too short on a busy machine)
 
@@ -352,7 +371,8 @@ def _execute(job_dir: Path, spec: dict) -> dict:
         try:
             pm.execute_notebook(spec['notebook'], str(job_dir/'notebook.ipynb'), parameters=dict(spec['params'], out_dir=str(job_dir)),
                                 kernel_name=spec.get('kernel', 'python3'), progress_bar=False, stdout_file=log, stderr_file=log,
-                                cwd=str(Path(spec['notebook']).parent), start_timeout=KERNEL_START_TIMEOUT)
+                                cwd=str(Path(spec['notebook']).parent), start_timeout=KERNEL_START_TIMEOUT,
+                                kernel_manager_class=IpcKernelManager)
             res = job_dir/'results.parquet'
             if not res.exists(): error = "the notebook finished but wrote no results.parquet into its out_dir"
             else:
@@ -451,6 +471,7 @@ def detect_gpus() -> list[str]:
     except (OSError, subprocess.SubprocessError): return []
     return [l.strip() for l in out.stdout.splitlines() if l.strip().isdigit()] if out.returncode == 0 else []
 
+# %% ../nbs/infra/batch.ipynb #ece11509
 def _parse_gpus(gpus) -> list[str]:
     if isinstance(gpus, bool): raise NlEmbryoError(f"gpus={gpus!r} is ambiguous", "pass a list such as '0,1', a count, or 'none'")
     if isinstance(gpus, int): return [str(i) for i in range(gpus)]
@@ -484,6 +505,7 @@ class SweepResult:
     @property
     def ok(self) -> bool: return self.summary['failed'] == 0 and self.summary['pending'] == 0 and not self.summary.get('running')
 
+# %% ../nbs/infra/batch.ipynb #3cd3f47e
 def _prepare(notebook, grid, out, kernel='python3', allow_changed=False) -> tuple[Path, list[Job], dict]:
     "Check the inputs and set up the sweep folder: sweep.json, the manifest (stable indices). Nothing runs."
     notebook, out = Path(notebook).resolve(), check_writable(Path(out).resolve(), '--out')   # a folder to write, before any work
@@ -530,6 +552,95 @@ def _write_job_spec(out: Path, job: Job, meta: dict) -> Path:
 def _to_run(out: Path, jobs: list[Job], retry_failed: bool) -> tuple[list[Job], dict]:
     states = {j.id: job_state(out/'jobs'/j.id) for j in jobs}
     return [j for j in jobs if states[j.id] == 'pending' or (retry_failed and states[j.id] == 'failed')], states
+
+# %% ../nbs/infra/batch.ipynb #7c9264d1
+def _parquet_safe(df: pd.DataFrame, cols) -> pd.DataFrame:
+    "Cast parameter columns holding mixed or nested values to strings, which parquet can store."
+    for c in cols:
+        if c not in df or df[c].dtype != object: continue
+        kinds = {type(v) for v in df[c] if v is not None and not (isinstance(v, float) and pd.isna(v))}
+        if len(kinds) > 1 or kinds & {list, dict}: df[c] = df[c].map(lambda v: None if v is None else _fmt(v))
+    return df
+
+# %% ../nbs/infra/batch.ipynb #0744d945
+def _all_equal(col, v) -> bool:
+    try: return bool((col == v).all())
+    except Exception: return False
+
+# %% ../nbs/infra/batch.ipynb #29c54efc
+def collect(out,                               # the sweep folder
+            jobs=None,                         # the ids of the jobs to collect; None: every job of the manifest
+            calls: dict | None = None,         # job id -> 'ran' or 'skipped' by this call, for the summary; None: not counted
+            wall_seconds: float | None = None, # this call's wall time, for the summary; None: not reported
+            retry_failed: bool = False,        # whether this call reran failed jobs (else the summary counts those not rerun)
+            quiet: bool = True,                # do not print the summary
+           ) -> SweepResult:
+    "Gather the jobs of sweep folder `out` (default: every job of its manifest) into `out/results.parquet` and `out/summary.json`."
+    out = Path(out).resolve()
+    meta, manifest = _read_json(out/'sweep.json'), _read_json(out/'jobs.json').get('jobs')
+    if not meta or manifest is None: raise NlEmbryoError(f"{out} is not a sweep folder (no sweep.json / jobs.json)", "pass the --out folder of a sweep")
+    if jobs is not None: wanted = set(jobs); manifest = [j for j in manifest if j['id'] in wanted]
+    pnames = list(dict.fromkeys(k for j in manifest for k in j['params']))
+    defaults = meta.get('defaults', {})
+    frames, rows = [], []
+    for j in manifest:
+        d = out/'jobs'/j['id']; st = _read_json(d/'status.json'); state = job_state(d)
+        params = {k: j['params'].get(k, defaults.get(k)) for k in pnames}
+        head = dict(job_id=j['id'], job=j['name'], status=state, error=st.get('error') if state == 'failed' else None)
+        rows.append(dict(index=j['index'], **head, call=(calls or {}).get(j['id'], ''), seconds=st.get('seconds') if state != 'pending' else None,
+                         host=st.get('host'), gpus=st.get('cuda_visible_devices'), **params))
+        df = pd.read_parquet(d/'results.parquet').reset_index(drop=True) if state == 'done' else pd.DataFrame(index=[0])
+        if df.empty: df = pd.DataFrame(index=[0], columns=df.columns)    # a job without rows still shows in the table
+        clash = [k for k in list(head) + pnames if k in df.columns]
+        if clash:
+            same = [k for k in clash if k in params and _all_equal(df[k], params[k])]
+            if len(same) < len(clash): print(f"note: job {j['id']}'s results have column(s) {[k for k in clash if k not in same]} that the sweep sets; the sweep's values are kept")
+            df = df.drop(columns=clash)
+        frames.append(pd.concat([pd.DataFrame({**head, **{k: [params[k]] * len(df) for k in pnames}}, index=df.index), df], axis=1))
+    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['job_id', 'job', 'status', 'error', *pnames])
+    results['error'] = results['error'].astype('string')         # a column of text even when no job failed
+    results = _parquet_safe(results, pnames)
+    buf = io.BytesIO(); results.to_parquet(buf, index=False); atomic_write_bytes(out/'results.parquet', buf.getvalue())
+    table = pd.DataFrame(rows, columns=['index', 'job_id', 'job', 'status', 'call', 'seconds', 'error', 'host', 'gpus', *pnames])
+    done, failed = table.status.eq('done'), table.status.eq('failed')
+    secs = table.seconds[table.call.eq('ran')] if calls else table.seconds[done | failed]
+    summary = dict(out=str(out), notebook=meta.get('notebook'), notebook_sha256=meta.get('notebook_sha256'), finished=time.strftime('%Y-%m-%d %H:%M:%S'),
+                   jobs=len(table), done=int(done.sum()), failed=int(failed.sum()), pending=int(table.status.eq('pending').sum()), running=int(table.status.eq('running').sum()),
+                   ran=int(table.call.eq('ran').sum()) if calls else None, skipped=int(table.call.eq('skipped').sum()) if calls else None,
+                   failed_not_rerun=int((failed & table.call.eq('skipped')).sum()) if calls and not retry_failed else 0,
+                   wall_seconds=None if wall_seconds is None else round(wall_seconds, 2),
+                   job_seconds=round(float(secs.fillna(0).sum()), 2), seconds_per_job=round(float(secs.mean()), 2) if secs.notna().any() else None,
+                   failures=[dict(job_id=r.job_id, job=r.job, error=r.error, notebook=str(out/'jobs'/r.job_id/'notebook.ipynb'),
+                                  log=str(out/'jobs'/r.job_id/'log.txt')) for r in table[failed].itertuples()],
+                   job_list=json.loads(table.to_json(orient='records')))
+    atomic_write_json(out/'summary.json', summary)
+    res = SweepResult(out, results, table, summary)
+    if not quiet: print(res)
+    return res
+
+# %% ../nbs/infra/batch.ipynb #b2763156
+def format_summary(summary: dict,                   # a sweep's summary (`SweepResult.summary`, `out/summary.json`)
+                   jobs: pd.DataFrame | None = None,  # the job table (`SweepResult.jobs`); None: no table
+                  ) -> str:
+    "The printed summary of a sweep: counts, the job table, times, the failures and what to do about them."
+    s = summary
+    head = f"sweep {s['out']}: {s['jobs']} job(s): {s['done']} done, {s['failed']} failed, {s['pending']} pending"
+    if s.get('running'): head += f", {s['running']} running in another process"
+    if s.get('ran') is not None: head += f" | this call ran {s['ran']}, skipped {s['skipped']}"
+    lines = [head]
+    if jobs is not None and len(jobs):
+        t = jobs[['job_id', 'job', 'status', 'call', 'seconds', 'error']].copy()
+        t['error'] = t.error.fillna('').map(lambda e: e if len(e) <= 60 else e[:57] + '...')
+        t['seconds'] = t.seconds.map(lambda v: '' if pd.isna(v) else f"{v:.1f}")
+        lines.append(t.to_string(index=False))
+    times = f"job time {s['job_seconds']:.1f} s"
+    if s.get('seconds_per_job') is not None: times += f" ({s['seconds_per_job']:.1f} s per job)"
+    if s.get('wall_seconds') is not None: times = f"wall time {s['wall_seconds']:.1f} s, " + times
+    lines.append(times)
+    for f in s['failures']: lines.append(f"failed {f['job_id']} ({f['job']}): {f['error']}\n    see {f['notebook']}")
+    if s.get('failed_not_rerun'): lines.append(f"{s['failed_not_rerun']} failed job(s) were not rerun: fix the cause, then pass --retry-failed (retry_failed=True)")
+    lines.append(f"results: {Path(s['out'])/'results.parquet'}")
+    return '\n'.join(lines)
 
 # %% ../nbs/infra/batch.ipynb #8fbe44dc
 def _descendants(pid: int) -> list:
@@ -687,95 +798,6 @@ def sweep(notebook,                     # the experiment notebook (.ipynb, with 
     if name: raise KeyboardInterrupt(f"sweep {out} stopped by {name}")
     return res
 
-# %% ../nbs/infra/batch.ipynb #7c9264d1
-def _parquet_safe(df: pd.DataFrame, cols) -> pd.DataFrame:
-    "Cast parameter columns holding mixed or nested values to strings, which parquet can store."
-    for c in cols:
-        if c not in df or df[c].dtype != object: continue
-        kinds = {type(v) for v in df[c] if v is not None and not (isinstance(v, float) and pd.isna(v))}
-        if len(kinds) > 1 or kinds & {list, dict}: df[c] = df[c].map(lambda v: None if v is None else _fmt(v))
-    return df
-
-# %% ../nbs/infra/batch.ipynb #0744d945
-def _all_equal(col, v) -> bool:
-    try: return bool((col == v).all())
-    except Exception: return False
-
-# %% ../nbs/infra/batch.ipynb #29c54efc
-def collect(out,                               # the sweep folder
-            jobs=None,                         # the ids of the jobs to collect; None: every job of the manifest
-            calls: dict | None = None,         # job id -> 'ran' or 'skipped' by this call, for the summary; None: not counted
-            wall_seconds: float | None = None, # this call's wall time, for the summary; None: not reported
-            retry_failed: bool = False,        # whether this call reran failed jobs (else the summary counts those not rerun)
-            quiet: bool = True,                # do not print the summary
-           ) -> SweepResult:
-    "Gather the jobs of sweep folder `out` (default: every job of its manifest) into `out/results.parquet` and `out/summary.json`."
-    out = Path(out).resolve()
-    meta, manifest = _read_json(out/'sweep.json'), _read_json(out/'jobs.json').get('jobs')
-    if not meta or manifest is None: raise NlEmbryoError(f"{out} is not a sweep folder (no sweep.json / jobs.json)", "pass the --out folder of a sweep")
-    if jobs is not None: wanted = set(jobs); manifest = [j for j in manifest if j['id'] in wanted]
-    pnames = list(dict.fromkeys(k for j in manifest for k in j['params']))
-    defaults = meta.get('defaults', {})
-    frames, rows = [], []
-    for j in manifest:
-        d = out/'jobs'/j['id']; st = _read_json(d/'status.json'); state = job_state(d)
-        params = {k: j['params'].get(k, defaults.get(k)) for k in pnames}
-        head = dict(job_id=j['id'], job=j['name'], status=state, error=st.get('error') if state == 'failed' else None)
-        rows.append(dict(index=j['index'], **head, call=(calls or {}).get(j['id'], ''), seconds=st.get('seconds') if state != 'pending' else None,
-                         host=st.get('host'), gpus=st.get('cuda_visible_devices'), **params))
-        df = pd.read_parquet(d/'results.parquet').reset_index(drop=True) if state == 'done' else pd.DataFrame(index=[0])
-        if df.empty: df = pd.DataFrame(index=[0], columns=df.columns)    # a job without rows still shows in the table
-        clash = [k for k in list(head) + pnames if k in df.columns]
-        if clash:
-            same = [k for k in clash if k in params and _all_equal(df[k], params[k])]
-            if len(same) < len(clash): print(f"note: job {j['id']}'s results have column(s) {[k for k in clash if k not in same]} that the sweep sets; the sweep's values are kept")
-            df = df.drop(columns=clash)
-        frames.append(pd.concat([pd.DataFrame({**head, **{k: [params[k]] * len(df) for k in pnames}}, index=df.index), df], axis=1))
-    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['job_id', 'job', 'status', 'error', *pnames])
-    results['error'] = results['error'].astype('string')         # a column of text even when no job failed
-    results = _parquet_safe(results, pnames)
-    buf = io.BytesIO(); results.to_parquet(buf, index=False); atomic_write_bytes(out/'results.parquet', buf.getvalue())
-    table = pd.DataFrame(rows, columns=['index', 'job_id', 'job', 'status', 'call', 'seconds', 'error', 'host', 'gpus', *pnames])
-    done, failed = table.status.eq('done'), table.status.eq('failed')
-    secs = table.seconds[table.call.eq('ran')] if calls else table.seconds[done | failed]
-    summary = dict(out=str(out), notebook=meta.get('notebook'), notebook_sha256=meta.get('notebook_sha256'), finished=time.strftime('%Y-%m-%d %H:%M:%S'),
-                   jobs=len(table), done=int(done.sum()), failed=int(failed.sum()), pending=int(table.status.eq('pending').sum()), running=int(table.status.eq('running').sum()),
-                   ran=int(table.call.eq('ran').sum()) if calls else None, skipped=int(table.call.eq('skipped').sum()) if calls else None,
-                   failed_not_rerun=int((failed & table.call.eq('skipped')).sum()) if calls and not retry_failed else 0,
-                   wall_seconds=None if wall_seconds is None else round(wall_seconds, 2),
-                   job_seconds=round(float(secs.fillna(0).sum()), 2), seconds_per_job=round(float(secs.mean()), 2) if secs.notna().any() else None,
-                   failures=[dict(job_id=r.job_id, job=r.job, error=r.error, notebook=str(out/'jobs'/r.job_id/'notebook.ipynb'),
-                                  log=str(out/'jobs'/r.job_id/'log.txt')) for r in table[failed].itertuples()],
-                   job_list=json.loads(table.to_json(orient='records')))
-    atomic_write_json(out/'summary.json', summary)
-    res = SweepResult(out, results, table, summary)
-    if not quiet: print(res)
-    return res
-
-# %% ../nbs/infra/batch.ipynb #b2763156
-def format_summary(summary: dict,                   # a sweep's summary (`SweepResult.summary`, `out/summary.json`)
-                   jobs: pd.DataFrame | None = None,  # the job table (`SweepResult.jobs`); None: no table
-                  ) -> str:
-    "The printed summary of a sweep: counts, the job table, times, the failures and what to do about them."
-    s = summary
-    head = f"sweep {s['out']}: {s['jobs']} job(s): {s['done']} done, {s['failed']} failed, {s['pending']} pending"
-    if s.get('running'): head += f", {s['running']} running in another process"
-    if s.get('ran') is not None: head += f" | this call ran {s['ran']}, skipped {s['skipped']}"
-    lines = [head]
-    if jobs is not None and len(jobs):
-        t = jobs[['job_id', 'job', 'status', 'call', 'seconds', 'error']].copy()
-        t['error'] = t.error.fillna('').map(lambda e: e if len(e) <= 60 else e[:57] + '...')
-        t['seconds'] = t.seconds.map(lambda v: '' if pd.isna(v) else f"{v:.1f}")
-        lines.append(t.to_string(index=False))
-    times = f"job time {s['job_seconds']:.1f} s"
-    if s.get('seconds_per_job') is not None: times += f" ({s['seconds_per_job']:.1f} s per job)"
-    if s.get('wall_seconds') is not None: times = f"wall time {s['wall_seconds']:.1f} s, " + times
-    lines.append(times)
-    for f in s['failures']: lines.append(f"failed {f['job_id']} ({f['job']}): {f['error']}\n    see {f['notebook']}")
-    if s.get('failed_not_rerun'): lines.append(f"{s['failed_not_rerun']} failed job(s) were not rerun: fix the cause, then pass --retry-failed (retry_failed=True)")
-    lines.append(f"results: {Path(s['out'])/'results.parquet'}")
-    return '\n'.join(lines)
-
 # %% ../nbs/infra/batch.ipynb #da6c1c68
 def _array_spec(indices: list[int]) -> str:
     "Slurm's compact form of a list of indices: [0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."
@@ -905,6 +927,7 @@ def _sweep_cli(args):
                 allow_changed=args.allow_changed)
     if res.summary['failed']: sys.exit(1)
 
+# %% ../nbs/infra/batch.ipynb #8cfff2c1
 def add_sweep_parser(subparsers,  # the `add_subparsers()` object of the `nl-embryo` argparse parser
                     ):            # the new `sweep` parser
     "Add the `sweep` command to an argparse sub-parsers object (the `nl-embryo` parser); returns the new parser."

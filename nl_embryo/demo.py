@@ -18,6 +18,7 @@ from .pretrain import PretrainConfig, pretrain
 from .timeline import PHASE_COLUMNS, Run, eval_rows, as_run, unigram_entropy_of
 from .reconstruction import prediction_phases
 from .docs import notebook_to_html
+from .batch import IpcKernelManager
 from .objectives import EVAL_MASK_SPLIT, eval_split_of, format_mask_split
 from .data import fetch
 from .corpora import build_corpus
@@ -59,11 +60,13 @@ def demo_config(out='runs/demo',  # the run folder (the config's `out`)
         sized = {k: v for k, v in {**sized, **DEMO_CAUSAL}.items() if k != 'mask_prob'}
     return PretrainConfig(out=str(out), **{**DEMO_BASE, 'preset': preset, **sized, **overrides})   # one preset's recipe never leaks into another's
 
+# %% ../nbs/17_demo.ipynb #9ddb59a8
 def demo_out(arch: str = 'bert',  # the demo's architecture
             ) -> str:            # its default run folder
     "The default run folder of the demo of `arch`: `runs/demo` for the default BERT, `runs/demo-ARCH` for the others."
     return 'runs/demo' if arch == DEMO_BASE['arch'] else f'runs/demo-{arch}'
 
+# %% ../nbs/17_demo.ipynb #fcd7c222
 def spread_steps(steps,              # the checkpoint steps (any iterable of ints; duplicates are dropped)
                  n: int,             # how many to pick (at least 1)
                  scale: str = 'log', # `log` (evenly spread in log(step + 1)) or `linear` (evenly spread in steps)
@@ -150,7 +153,7 @@ def write_report(run_dir,                  # the run folder
     nbformat.write(report_notebook(run_dir.resolve()), src)
     try:
         pm.execute_notebook(str(src), str(dst.with_suffix('.tmp.ipynb')), parameters=dict(run_dir=str(run_dir.resolve())),
-                            kernel_name=kernel, progress_bar=False)
+                            kernel_name=kernel, progress_bar=False, kernel_manager_class=IpcKernelManager)   # Unix sockets: no port race
         dst.with_suffix('.tmp.ipynb').replace(dst)
     finally:
         src.unlink(missing_ok=True)

@@ -6,6 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nl_embryo.batch import IpcKernelManager   # the kernels talk over Unix sockets: no port race with the other worker's kernels
+
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = {'task', 'kind', 'seed', 'split', 'metric', 'value', 'primary', 'n_train', 'n_eval'}
 TINY = dict(pretrain_steps=2, pretrain_batch_size=2, max_train=16, max_eval=8, finetune_steps=2, finetune_batch_size=4,
@@ -29,7 +31,7 @@ def test_experiment_notebook_runs_with_papermill(tmp_path, monkeypatch, name, ro
     t0 = time.perf_counter()
     pm.execute_notebook(str(ROOT/'nbs'/'experiments'/f'{name}.ipynb'), str(tmp_path/f'{name}.ipynb'),
                         parameters=dict(TINY, out_dir=str(out_dir), **parameters), kernel_name='python3', progress_bar=False,
-                        cwd=str(tmp_path))
+                        cwd=str(tmp_path), kernel_manager_class=IpcKernelManager)
     seconds = time.perf_counter() - t0
     results = pd.read_parquet(out_dir/'results.parquet')
     assert COLUMNS | {row} <= set(results.columns)
@@ -60,7 +62,7 @@ def test_objectives_notebook_compares_at_equal_flops(tmp_path, monkeypatch):
     pm.execute_notebook(str(ROOT/'nbs'/'experiments'/'objectives.ipynb'), str(tmp_path/'objectives.ipynb'),
                         parameters=dict(reference_steps=6, batch_size=2, block_size=32, max_train=16, max_eval=8, finetune_steps=2,
                                         finetune_batch_size=4, seeds=[0, 1], out_dir=str(out_dir)),
-                        kernel_name='python3', progress_bar=False, cwd=str(tmp_path))
+                        kernel_name='python3', progress_bar=False, cwd=str(tmp_path), kernel_manager_class=IpcKernelManager)
     budget = pd.read_csv(out_dir/'budget.csv', index_col=0)
     assert list(budget.index) == ['bert', 'electra', 'ale', 'script']
     assert budget.loc['bert', 'steps'] == 6 and budget.loc['script', 'steps'] < budget.loc['bert', 'steps']   # two passes a step
