@@ -26,7 +26,7 @@ from .splits import eval_sentences
 __all__ = ['PATTERNS', 'CAUSAL_PATTERNS', 'HEAD_CLASSES', 'HEAD_CLASS_THRESHOLD', 'INDUCTION_OPTIONS', 'SCORE_COLUMNS',
            'MAP_COLUMNS', 'PATTERN_TITLES', 'MEAN_PATTERNS', 'attention_checkpoint', 'CAUSAL_PHASES', 'ATTENTION',
            'default_sentences', 'as_sentences', 'eager_attention', 'token_classes', 'attention_batches',
-           'AttentionStats', 'classify_heads', 'repeat_targets', 'repeat_scores', 'repeat_chance', 'repeat_batch',
+           'AttentionStats', 'classify_heads', 'repeat_targets', 'repeat_chance', 'repeat_scores', 'repeat_batch',
            'induction_scores', 'induction_rows', 'attention_tables', 'split_tables', 'attention_scores',
            'attention_maps', 'maps_array', 'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart',
            'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'causal_scores_chart',
@@ -58,6 +58,7 @@ def default_sentences(n: int = 200,         # how many sentences to sample
                             "ask for fewer sentences, or widen min_words/max_words")
     return pool.sample(n, random_state=seed)['text'].tolist()
 
+# %% ../nbs/08_attention.ipynb #cbf8362c
 def as_sentences(data,  # a string, a list or Series of strings, a frame with a `text` column, or None (the default Brown sample)
                 ) -> list[str]:  # the sentences, each a non-empty string
     "Sentences from `data`: a list of strings, a Series, or a frame with a `text` column; None: `default_sentences()`."
@@ -73,6 +74,7 @@ def as_sentences(data,  # a string, a list or Series of strings, a frame with a 
                             "pass a non-empty list of non-empty strings (or None for the default Brown sample)")
     return sents
 
+# %% ../nbs/08_attention.ipynb #2bac2ca7
 def _parts(model): return [model.generator, model.discriminator] if is_pair(model) else [model]
 
 @contextlib.contextmanager
@@ -282,6 +284,13 @@ def repeat_targets(half_len: int,    # h: the length of the random sequence that
     second, after_first = np.arange(prefix + half_len, T), np.arange(prefix + 1, T)
     return {'induction': (second, second - half_len + 1), 'prev_random': (after_first, after_first - 1)}
 
+# %% ../nbs/08_attention.ipynb #61fdd9f5
+def repeat_chance(half_len: int,    # h: the length of the repeated random sequence
+                  prefix: int = 1,  # tokens before it
+                 ) -> dict[str, float]:  # per score of `CAUSAL_PATTERNS`: its chance level
+    "The scores of uniform causal attention (1/(t+1) on each of the t+1 tokens up to t), each score's chance level."
+    return {p: float(np.mean(1 / (q + 1))) for p, (q, _) in repeat_targets(half_len, prefix).items()}
+
 # %% ../nbs/08_attention.ipynb #7e3bdcd6
 def repeat_scores(att: torch.Tensor,  # attention weights, … × T × T (e.g. sequences × layers × heads × T × T), T = prefix + 2·half_len
                   half_len: int,      # h: the length of the repeated random sequence
@@ -292,13 +301,6 @@ def repeat_scores(att: torch.Tensor,  # attention weights, … × T × T (e.g. s
         raise NlEmbryoError(f"attention over {att.shape[-1]} positions, but {prefix} + 2 x {half_len} tokens were expected",
                             "pass the half_len and prefix the sequences were built with")
     return {p: att[..., torch.as_tensor(q), torch.as_tensor(k)].mean(-1) for p, (q, k) in repeat_targets(half_len, prefix).items()}
-
-# %% ../nbs/08_attention.ipynb #61fdd9f5
-def repeat_chance(half_len: int,    # h: the length of the repeated random sequence
-                  prefix: int = 1,  # tokens before it
-                 ) -> dict[str, float]:  # per score of `CAUSAL_PATTERNS`: its chance level
-    "The scores of uniform causal attention (1/(t+1) on each of the t+1 tokens up to t), each score's chance level."
-    return {p: float(np.mean(1 / (q + 1))) for p, (q, _) in repeat_targets(half_len, prefix).items()}
 
 # %% ../nbs/08_attention.ipynb #6faabebb
 def repeat_batch(vocab_size: int,            # the model's vocabulary size: ids are drawn from N_SPECIAL … vocab_size − 1
@@ -720,6 +722,7 @@ def grid_image(avg: np.ndarray,  # the maps, layers × heads × K × K, values i
     im = Image.fromarray(img); ImageDraw.Draw(im).text((side, 2), label, fill=(0, 0, 0))
     return im
 
+# %% ../nbs/08_attention.ipynb #272413dd
 def attention_gif(maps: pd.DataFrame,      # a maps table with a `step` column
                   path,                    # the GIF file to write
                   steps=None,              # the steps, a frame each, in this order (None: all, sorted)
@@ -950,28 +953,6 @@ class AttentionExplorer:
     def _run_changed(self, change):
         self._load(*self._tables[change['new']]); self.update()
 
-# %% ../nbs/08_attention.ipynb #fbe4fbd7
-@patch(cls_method=True)
-def from_run(cls: AttentionExplorer,
-             run,                   # a `Run` or a run folder
-             compute: bool = True,  # compute the attention analysis when it is missing (False: raise an error)
-             **kwargs,              # options for `analyze` when it computes it
-            ) -> 'AttentionExplorer':
-    "An explorer of `run`'s attention tables (`load_attention`: computed once if missing, unless `compute=False`)."
-    path = run.path if isinstance(run, Run) else Path(run)
-    return cls(*load_attention(run, compute=compute, **kwargs), title=f'attention explorer: {path.name}')
-
-@patch(cls_method=True)
-def from_runs(cls: AttentionExplorer,
-              runs,                  # a dict {label: run}, a list of runs (`Run`s or paths: any timeline), or a folder of seed runs (`registry.run_labels`)
-              compute: bool = True,  # compute the attention analysis of a run that misses it (False: raise an error)
-              **kwargs,              # options for `analyze` when it computes it
-             ) -> 'AttentionExplorer':
-    "An explorer of several runs' attention tables, with a run selector (`load_attention` of each; the tables get a `run` column)."
-    tables = {label: load_attention(r, compute=compute, **kwargs) for label, r in run_labels(runs).items()}
-    scores, maps = (pd.concat([t[i].assign(run=label) for label, t in tables.items()], ignore_index=True) for i in (0, 1))
-    return cls(scores, maps, title=f"attention explorer: {len(tables)} runs")
-
 # %% ../nbs/08_attention.ipynb #27d7d113
 @patch
 def map_chart(self: AttentionExplorer):
@@ -993,6 +974,29 @@ def _view(self: AttentionExplorer, key, make) -> str:
     if key not in self._views:
         self._views[key] = chart_img(make()); self.renders += 1
     return self._views[key]
+
+# %% ../nbs/08_attention.ipynb #fbe4fbd7
+@patch(cls_method=True)
+def from_run(cls: AttentionExplorer,
+             run,                   # a `Run` or a run folder
+             compute: bool = True,  # compute the attention analysis when it is missing (False: raise an error)
+             **kwargs,              # options for `analyze` when it computes it
+            ) -> 'AttentionExplorer':
+    "An explorer of `run`'s attention tables (`load_attention`: computed once if missing, unless `compute=False`)."
+    path = run.path if isinstance(run, Run) else Path(run)
+    return cls(*load_attention(run, compute=compute, **kwargs), title=f'attention explorer: {path.name}')
+
+# %% ../nbs/08_attention.ipynb #f03ec562
+@patch(cls_method=True)
+def from_runs(cls: AttentionExplorer,
+              runs,                  # a dict {label: run}, a list of runs (`Run`s or paths: any timeline), or a folder of seed runs (`registry.run_labels`)
+              compute: bool = True,  # compute the attention analysis of a run that misses it (False: raise an error)
+              **kwargs,              # options for `analyze` when it computes it
+             ) -> 'AttentionExplorer':
+    "An explorer of several runs' attention tables, with a run selector (`load_attention` of each; the tables get a `run` column)."
+    tables = {label: load_attention(r, compute=compute, **kwargs) for label, r in run_labels(runs).items()}
+    scores, maps = (pd.concat([t[i].assign(run=label) for label, t in tables.items()], ignore_index=True) for i in (0, 1))
+    return cls(scores, maps, title=f"attention explorer: {len(tables)} runs")
 
 # %% ../nbs/08_attention.ipynb #a4fcf8e3
 @patch
@@ -1063,6 +1067,7 @@ def sentence_attention(model,                  # a transformers model or an `Ele
     (_, ids, _, att), = attention_batches(model, tokenizer, [sentence], batch_size=1, max_tokens=max_tokens)
     return dict(attention=tuple(a.clone() for a in att), tokens=tokenizer.convert_ids_to_tokens(ids[0].tolist()))
 
+# %% ../nbs/08_attention.ipynb #9bdc7cdf
 def to_bertviz(maps: pd.DataFrame,  # a maps table (`split_tables`, `load_attention`)
                step=None,           # the step (None: the last)
                sentence: int = 0,   # an example sentence's index (0, 1, ...; the average map has no tokens)

@@ -16,7 +16,7 @@ from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text
 __all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'VEGA_MIME',
            'EMBED_OPTIONS', 'step_scale', 'step_ticks', 'step_label', 'step_axis', 'step_slider', 'step_marks',
            'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines', 'baseline_rules',
-           'cache_js_bundle', 'shared_js_bundle', 'save_chart', 'chart_svg', 'compact_png', 'chart_img', 'chart_png',
+           'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img', 'chart_png', 'save_chart',
            'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
@@ -29,6 +29,7 @@ def step_scale(steps,    # the checkpoint steps of a chart (any iterable of ints
     gaps = np.diff(sorted({int(s) for s in steps}))
     return 'linear' if len(gaps) < 2 or gaps.max() <= 1.5 * gaps.min() else 'point'
 
+# %% ../nbs/04b_charts.ipynb #8cfb26bb
 def step_ticks(steps,                  # the checkpoint steps of a run (any iterable of ints; duplicates and order ignored)
                max_ticks: int = 12,    # the most ticks to keep when there are more steps (the first and last always kept)
                scale: str = 'symlog',  # the axis' scale (`STEP_SCALES`): the kept ticks are spread evenly over its length
@@ -42,6 +43,7 @@ def step_ticks(steps,                  # the checkpoint steps of a run (any iter
         chosen.add(steps[int(np.argmin(np.abs(pos - target)))])
     return sorted(chosen)
 
+# %% ../nbs/04b_charts.ipynb #d00a180a
 def step_label(step: int,  # a training step
               ) -> str:   # '20k' for 20000, '1.5M' for 1500000, '1,234' otherwise
     "A step as a short label: thousands and millions with a k or M when round, else with thousands separators."
@@ -50,6 +52,7 @@ def step_label(step: int,  # a training step
         if step >= n and (step * 10) % n == 0: return f"{step / n:g}{unit}"
     return f"{step:,}"
 
+# %% ../nbs/04b_charts.ipynb #c9809873
 def step_axis(steps=None,            # the checkpoint steps: the ticks, and the scale's choice (`step_scale`); None: a linear axis with Vega-Lite's own ticks
               title: str = 'step',   # the axis title (a scale other than linear is named after it)
               field: str = 'step',   # the column of the step
@@ -90,6 +93,7 @@ def step_slider(steps,                     # the checkpoint steps the slider run
     else: bind = alt.binding_select(options=steps, name='step ')
     return alt.param(name=name, value=steps[-1] if at is None else int(at), bind=bind), name
 
+# %% ../nbs/04b_charts.ipynb #e943daf4
 def step_marks(x,                     # the x encoding (the chart's `step_axis`)
                at: str,               # the Vega expression of the marked step (the second value of `step_slider`)
                y='value:Q',           # the y encoding of the points
@@ -153,12 +157,14 @@ def interval_band(x,                      # the x encoding (e.g. `step_axis`)
     mark = alt.Chart().mark_area(opacity=opacity) if kind == 'band' else alt.Chart().mark_rule(opacity=0.6)
     return mark.encode(**enc)
 
+# %% ../nbs/04b_charts.ipynb #f48c51b8
 def line_legend(**options,  # more `alt.Legend` options (title, orient, columns, ...)
                ):           # an `alt.Legend`
     "The legend of lines drawn over pale interval bands: each entry a stroke in its line's colour at full opacity, and room for long labels (`LABEL_LIMIT`)."
     import altair as alt
     return alt.Legend(**{**dict(symbolType='stroke', symbolStrokeWidth=3, symbolOpacity=1, labelLimit=LABEL_LIMIT), **options})
 
+# %% ../nbs/04b_charts.ipynb #3decacea
 def y_domain(*values,            # arrays of the values the axis must show (the curves and their intervals); NaNs are ignored
              pad: float = 0.05,  # the margin on each side, a share of the span
             ) -> list[float]:    # `[low, high]`
@@ -170,6 +176,7 @@ def y_domain(*values,            # arrays of the values the axis must show (the 
     margin = pad * ((hi - lo) or abs(hi) or 1.0)
     return [lo - margin, hi + margin]
 
+# %% ../nbs/04b_charts.ipynb #d64a8eb1
 def edge_baselines(baselines: pd.DataFrame,  # one row per reference value
                    domain,                   # the y domain `[low, high]` (e.g. `y_domain`)
                    y: str = 'value',         # the column of the value
@@ -183,6 +190,7 @@ def edge_baselines(baselines: pd.DataFrame,  # one row per reference value
     b[y], b['off_axis'] = v.clip(domain[0], domain[1]), where != ''
     return b
 
+# %% ../nbs/04b_charts.ipynb #7ce685dc
 def baseline_rules(baselines: pd.DataFrame,  # one row per reference value
                    y: str = 'value',          # the column of the value
                    label: str = 'baseline',   # the column of its label
@@ -226,31 +234,6 @@ def shared_js_bundle(html: str,  # a chart page as `chart.to_html(inline=True)` 
     if not f.exists() or f.stat().st_size != len(bundle.encode()): atomic_write_text(f, bundle)
     return html[:start] + f'<script type="text/javascript" src="{name}"></script>' + html[end + len('</script>'):]
 
-# %% ../nbs/04b_charts.ipynb #bed60b44
-def save_chart(chart,                     # an Altair chart
-               path,                      # the files' path without extension (the format is appended: `path.html`, ...)
-               formats=('html', 'png'),   # which of `CHART_FORMATS` to write
-               scale: float = 2.0,        # the PNG's pixels per chart pixel
-               shared_js: bool = True,    # the HTML loads the Vega JavaScript from one file beside it (`shared_js_bundle`); False: inlined, a self-contained page of ~0.9 MB
-              ) -> dict[str, Path]:       # the written paths by format
-    """Save `chart` as `path.html` (renders offline: with the Vega JavaScript in one shared file beside it, or inlined),
-    `path.png` (a 256-colour palette, `compact_png`) and/or `path.svg` (vl-convert), atomically; the written paths by format."""
-    import vl_convert as vlc
-    path = Path(path); out = {}
-    bad = set(formats) - set(CHART_FORMATS)
-    if bad: raise NlEmbryoError(f"unknown chart format(s) {sorted(bad)}", f"choose among {', '.join(CHART_FORMATS)}")
-    use_theme(); cache_js_bundle()
-    spec = chart.to_dict()
-    for f in formats:
-        p = path.with_name(f"{path.name}.{f}")
-        if f == 'html':
-            html = chart.to_html(inline=True)
-            atomic_write_text(p, shared_js_bundle(html, p.parent) if shared_js else html)
-        elif f == 'png': atomic_write_bytes(p, compact_png(chart, scale))
-        else: atomic_write_text(p, vlc.vegalite_to_svg(spec))
-        out[f] = p
-    return out
-
 # %% ../nbs/04b_charts.ipynb #4d6c571f
 def chart_svg(chart,   # an Altair chart
              ) -> str:  # the SVG text
@@ -292,6 +275,31 @@ def chart_png(chart,               # an Altair chart
     from IPython.display import Image
     return Image(data=compact_png(chart, scale), format='png')
 
+# %% ../nbs/04b_charts.ipynb #bed60b44
+def save_chart(chart,                     # an Altair chart
+               path,                      # the files' path without extension (the format is appended: `path.html`, ...)
+               formats=('html', 'png'),   # which of `CHART_FORMATS` to write
+               scale: float = 2.0,        # the PNG's pixels per chart pixel
+               shared_js: bool = True,    # the HTML loads the Vega JavaScript from one file beside it (`shared_js_bundle`); False: inlined, a self-contained page of ~0.9 MB
+              ) -> dict[str, Path]:       # the written paths by format
+    """Save `chart` as `path.html` (renders offline: with the Vega JavaScript in one shared file beside it, or inlined),
+    `path.png` (a 256-colour palette, `compact_png`) and/or `path.svg` (vl-convert), atomically; the written paths by format."""
+    import vl_convert as vlc
+    path = Path(path); out = {}
+    bad = set(formats) - set(CHART_FORMATS)
+    if bad: raise NlEmbryoError(f"unknown chart format(s) {sorted(bad)}", f"choose among {', '.join(CHART_FORMATS)}")
+    use_theme(); cache_js_bundle()
+    spec = chart.to_dict()
+    for f in formats:
+        p = path.with_name(f"{path.name}.{f}")
+        if f == 'html':
+            html = chart.to_html(inline=True)
+            atomic_write_text(p, shared_js_bundle(html, p.parent) if shared_js else html)
+        elif f == 'png': atomic_write_bytes(p, compact_png(chart, scale))
+        else: atomic_write_text(p, vlc.vegalite_to_svg(spec))
+        out[f] = p
+    return out
+
 # %% ../nbs/04b_charts.ipynb #b04e90c2
 VEGA_MIME = 'application/vnd.vega.v5+json'
 EMBED_OPTIONS = {'actions': {'editor': False}}   # no link to the online Vega editor (no key 'source' either: nbdev's reader takes any 'source' for cell text)
@@ -302,6 +310,7 @@ def lab_vegalite_version() -> str:
     fives = [v for v in vlc.get_vegalite_versions() if v.startswith('5.')]
     return max(fives, key=lambda v: tuple(map(int, v.split('.'))))
 
+# %% ../nbs/04b_charts.ipynb #cb493f5c
 def vega_mimebundle(spec: dict,  # the chart's spec (Vega-Lite; a Vega spec is passed through)
                     **metadata,  # the renderer's options (`embed_options` merged into `EMBED_OPTIONS`)
                    ):            # the mimebundle and its metadata
@@ -313,7 +322,6 @@ def vega_mimebundle(spec: dict,  # the chart's spec (Vega-Lite; a Vega spec is p
     except ValueError: return {'image/svg+xml': vlc.vegalite_to_svg(spec), 'text/plain': text}, {}
     embed = {**EMBED_OPTIONS, **(metadata.get('embed_options') or {})}
     return {VEGA_MIME: vega, 'text/plain': text}, {VEGA_MIME: {'embed_options': embed}}
-
 
 # %% ../nbs/04b_charts.ipynb #2e7dca97
 def use_offline_renderer(force: bool = False,  # enable it even when the user enabled another renderer

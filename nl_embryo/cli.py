@@ -270,6 +270,7 @@ class CliParser(argparse.ArgumentParser):
         hint = _closest(bad.group(1), re.findall(r"'([^']*)'", bad.group(2))) if bad else ''
         self.exit(2, f"{self.prog}: error: {message}{hint}\n(`{self.prog} --help` lists the options)\n")
 
+# %% ../nbs/15_cli.ipynb #de31a4cb
 def unknown_flags_error(parser: argparse.ArgumentParser,  # the `nl-embryo` parser (`make_parser`)
                         argv: list[str],                  # the arguments given
                         extra: list[str],                 # those argparse did not recognise (`parse_known_args`)
@@ -282,7 +283,6 @@ def unknown_flags_error(parser: argparse.ArgumentParser,  # the `nl-embryo` pars
     flags = [o for act in sub._actions for o in act.option_strings]
     said = '; '.join(f"{x}{_closest(x.split('=')[0], flags) if x.startswith('-') else ''}" for x in extra)
     return f"{sub.prog}: error: unrecognized argument(s): {said}\n(`{sub.prog} --help` lists the options)"
-
 
 # %% ../nbs/15_cli.ipynb #1751e5ba
 def _add_demo(sub,              # the sub-commands of the `nl-embryo` parser
@@ -314,6 +314,14 @@ def _command_of(argv: list[str],  # the arguments after `nl-embryo`
                ) -> str | None:   # the sub-command they name (None: none)
     "The first argument that is not a flag: the `nl-embryo` parser has no option that takes a value, so argparse reads the same."
     return next((str(a) for a in argv if not str(a).startswith('-')), None)
+
+# %% ../nbs/15_cli.ipynb #6a3ddc5f
+def _all_parsers(p: argparse.ArgumentParser):
+    "`p` and every sub-command parser under it."
+    yield p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()): yield from _all_parsers(child)
 
 # %% ../nbs/15_cli.ipynb #38409fc9
 def _add_data_corpus(sub):
@@ -370,14 +378,6 @@ def make_parser(argv: list[str] | None = None,  # the command line it will parse
     doc.set_defaults(func=_docs)
     for parser in _all_parsers(p): parser.allow_abbrev = False     # `--step 5` is not `--steps 5`
     return p
-
-# %% ../nbs/15_cli.ipynb #6a3ddc5f
-def _all_parsers(p: argparse.ArgumentParser):
-    "`p` and every sub-command parser under it."
-    yield p
-    for action in p._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in dict.fromkeys(action.choices.values()): yield from _all_parsers(child)
 
 # %% ../nbs/15_cli.ipynb #8dda2eef
 def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None: the command line's, sys.argv[1:])

@@ -12,7 +12,7 @@ import numpy as np
 # %% auto #0
 __all__ = ['PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
            'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'is_disk_full', 'sha256_file', 'file_mode',
-           'remove_stale_temps', 'seed_everything', 'get_device', 'autocast_dtype', 'native_bf16', 'human_size',
+           'remove_stale_temps', 'seed_everything', 'get_device', 'native_bf16', 'autocast_dtype', 'human_size',
            'check_writable', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
@@ -150,6 +150,7 @@ def seed_everything(seed: int,  # the seed of every generator (NumPy gets `seed 
     import torch
     random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
 
+# %% ../nbs/00_core.ipynb #8cc4d5b2
 def get_device(device: str | None = None,  # a torch device name, e.g. 'cpu', 'cuda:1' (None or '': CUDA when available, else CPU)
                ):                          # a `torch.device`
     """The torch device to use: `device` if given, else CUDA when available, else CPU. An unknown name, or a CUDA device
@@ -166,14 +167,7 @@ def get_device(device: str | None = None,  # a torch device name, e.g. 'cpu', 'c
         raise NlEmbryoError(f"--device {device}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}", "use one of them, or --device cpu")
     return d
 
-def autocast_dtype(device,  # the device the forward passes run on: a `torch.device` or its name, e.g. 'cuda'
-                   ):       # `torch.bfloat16`, or None for full precision
-    """The precision of the forward passes of the probes and the reconstruction analysis: bf16 where the device computes
-    it in hardware (`native_bf16`: a CUDA GPU, or a CPU with AVX512-BF16 or AMX), else None (full precision). On the
-    project's 2-core CPU bf16 cuts the reconstruction analysis of a 2-layer model from 28.7 to 20.0 s over 8 checkpoints."""
-    import torch
-    return torch.bfloat16 if native_bf16(device) else None
-
+# %% ../nbs/00_core.ipynb #7f696dcb
 def native_bf16(device,  # a `torch.device` or its name; a type other than cuda and cpu gives False
                 ) -> bool:
     """Whether `device` computes bf16 matrix products in hardware: a CUDA GPU that supports bf16, or a CPU with
@@ -186,6 +180,16 @@ def native_bf16(device,  # a `torch.device` or its name; a type other than cuda 
     probes = [getattr(cpu, n, None) for n in ('_is_avx512_bf16_supported', '_is_amx_tile_supported')]
     return any(bool(f()) for f in probes if f is not None)
 
+# %% ../nbs/00_core.ipynb #9cabeb67
+def autocast_dtype(device,  # the device the forward passes run on: a `torch.device` or its name, e.g. 'cuda'
+                   ):       # `torch.bfloat16`, or None for full precision
+    """The precision of the forward passes of the probes and the reconstruction analysis: bf16 where the device computes
+    it in hardware (`native_bf16`: a CUDA GPU, or a CPU with AVX512-BF16 or AMX), else None (full precision). On the
+    project's 2-core CPU bf16 cuts the reconstruction analysis of a 2-layer model from 28.7 to 20.0 s over 8 checkpoints."""
+    import torch
+    return torch.bfloat16 if native_bf16(device) else None
+
+# %% ../nbs/00_core.ipynb #ed83b382
 def human_size(n: float,  # a number of bytes
                ) -> str:  # e.g. '123 B', '4.8 MB' (1 KB = 1024 B)
     "Bytes as a short human-readable string."

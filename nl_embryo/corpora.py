@@ -19,7 +19,7 @@ from .data import load_python_stdlib, load_proteins
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
            'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus',
-           'check_nested', 'push_rate', 'train_wordpiece', 'canonical_ids', 'char_tokenizer', 'tokenizer_hash',
+           'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer', 'tokenizer_hash',
            'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus', 'tokenizer_dir',
            'get_tokenizer', 'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir', 'build_corpus',
            'load_corpus', 'corpus_table']
@@ -41,6 +41,7 @@ class Sequences:
     @property
     def lengths(self) -> np.ndarray: return np.diff(self.offsets)
 
+# %% ../nbs/02_corpora.ipynb #23270cf1
 def sequence_lengths(n_tokens: int,            # the total of the lengths; must be positive
                      rng: np.random.Generator, # the random generator the lengths are drawn with
                      min_len: int = 90,        # the shortest length drawn (at least 1)
@@ -181,26 +182,6 @@ def _finish_tokenizer(tok, model_max_length: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token='[UNK]', pad_token='[PAD]', cls_token='[CLS]',
                                    sep_token='[SEP]', mask_token='[MASK]', model_max_length=model_max_length)
 
-# %% ../nbs/02_corpora.ipynb #65ce9674
-def train_wordpiece(texts: Iterable[str],        # the training texts (read twice: to train, then to count the pieces)
-                    vocab_size: int = 8000,      # the number of ids, the five special tokens included
-                    lowercase: bool = True,      # lower-case and strip accents (as BERT-base-uncased); False keeps both
-                    min_frequency: int = 2,      # the fewest occurrences a pair needs to be merged
-                    model_max_length: int = 512, # the longest input the tokenizer allows, in pieces
-                   ):                            # a transformers fast tokenizer
-    """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
-    whose ids are the same on every machine (`canonical_ids`)."""
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, normalizers, decoders
-    texts = texts if isinstance(texts, list) else list(texts)    # read twice: to train, then to count the pieces
-    tok = Tokenizer(models.WordPiece(unk_token='[UNK]'))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None, clean_text=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=min_frequency,
-                                        show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    return _finish_tokenizer(canonical_ids(tok, texts), model_max_length)
-
 # %% ../nbs/02_corpora.ipynb #eb0cdd56
 def canonical_ids(tok,              # a trained WordPiece `tokenizers.Tokenizer`; its model is replaced in place
                   texts: list[str], # the texts it was trained on: the pieces are ordered by their count in them
@@ -220,6 +201,26 @@ def canonical_ids(tok,              # a trained WordPiece `tokenizers.Tokenizer`
     rest = sorted((p for p in vocab if p not in SPECIAL_TOKENS), key=lambda p: (-counts[vocab[p]], p))
     tok.model = models.WordPiece({p: i for i, p in enumerate([*SPECIAL_TOKENS, *rest])}, unk_token='[UNK]')
     return tok
+
+# %% ../nbs/02_corpora.ipynb #65ce9674
+def train_wordpiece(texts: Iterable[str],        # the training texts (read twice: to train, then to count the pieces)
+                    vocab_size: int = 8000,      # the number of ids, the five special tokens included
+                    lowercase: bool = True,      # lower-case and strip accents (as BERT-base-uncased); False keeps both
+                    min_frequency: int = 2,      # the fewest occurrences a pair needs to be merged
+                    model_max_length: int = 512, # the longest input the tokenizer allows, in pieces
+                   ):                            # a transformers fast tokenizer
+    """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
+    whose ids are the same on every machine (`canonical_ids`)."""
+    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, normalizers, decoders
+    texts = texts if isinstance(texts, list) else list(texts)    # read twice: to train, then to count the pieces
+    tok = Tokenizer(models.WordPiece(unk_token='[UNK]'))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None, clean_text=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=min_frequency,
+                                        show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return _finish_tokenizer(canonical_ids(tok, texts), model_max_length)
 
 # %% ../nbs/02_corpora.ipynb #0750d044
 def char_tokenizer(alphabet: str,               # the characters of the vocabulary (their ids follow the special tokens, sorted)
@@ -391,6 +392,7 @@ def tokenizer_dir(name: str,              # a tokenizer of `TOKENIZERS`
     _check_name(name, TOKENIZERS, 'tokenizer')
     return cache_path('tokenizers', name if TOKENIZERS[name].kind == 'char' else f"{name}-{vocab_size}-t{TOKENIZER_VERSION}")
 
+# %% ../nbs/02_corpora.ipynb #5ae1e2b8
 def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english, turkish, talmud, code or protein
                   vocab_size: int = 8000, # the number of pieces of a WordPiece tokenizer (the protein one has an id per letter)
                   force: bool = False,    # train it again even when it is cached
@@ -422,6 +424,7 @@ def _unigram_counts(tok, texts) -> np.ndarray:
     counts[:len(SPECIAL_TOKENS)] = 0
     return counts
 
+# %% ../nbs/02_corpora.ipynb #0fb94a4c
 def english_unigram(vocab_size: int = 8000, # the number of pieces of the English tokenizer
                    ) -> np.ndarray:         # (vocab_size,) int64 counts, 0 for the special tokens
     "Counts of each English token id over the train split of the English corpus (specials are 0): the distribution the Zipf corpora draw from."

@@ -18,8 +18,8 @@ from .core import human_size, project_root, sha256_file
 
 # %% auto #0
 __all__ = ['registry_commands', 'DOWNLOAD_TIMEOUT', 'STAMP', 'FILE_MANIFEST', 'BROWN_UNIVERSAL', 'UNIVERSAL_TAGS',
-           'BROWN_VERB_FORMS', 'TALMUD_WORKS', 'manifest_path', 'load_manifest', 'is_fetched', 'source_changes',
-           'check_source', 'fetched_path', 'fetch', 'data_status', 'verify_data', 'brown_base_tag',
+           'BROWN_VERB_FORMS', 'TALMUD_WORKS', 'manifest_path', 'load_manifest', 'is_fetched', 'fetch',
+           'source_changes', 'check_source', 'fetched_path', 'data_status', 'verify_data', 'brown_base_tag',
            'brown_to_universal', 'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences',
            'load_sotu', 'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
            'strip_hebrew_marks', 'load_talmud_sentences', 'strip_python_comments', 'load_python_stdlib', 'read_fasta',
@@ -148,63 +148,6 @@ def _file_table(folder: Path) -> dict:
         if p.is_file() and p.name not in (STAMP, FILE_MANIFEST):
             st = p.stat(); out[p.relative_to(folder).as_posix()] = dict(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256_file(p))
     return out
-
-# %% ../nbs/01_data.ipynb #04653fde
-def source_changes(name: str,              # a registered source name, e.g. brown
-                   full: bool = False,     # compare every file's sha256 (slow) instead of its size and modification time
-                   manifest=None,          # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
-                   ) -> list[str] | None:  # one description per changed file ([]: none); None: no file manifest to compare with
-    """The files of fetched source `name` that changed since the fetch, described (an empty list: none). The cheap check
-    (default) compares sizes and modification times with the file manifest written at fetch; `full=True` compares sha256
-    (a file touched but not changed passes). None when there is nothing to compare with (fetched before file manifests)."""
-    src = _source(name, manifest)
-    if src['registry'] == 'local': return []
-    entry = _entry(name)
-    try: listed = json.loads((entry/FILE_MANIFEST).read_text(encoding='utf-8'))['files']; listed.items()
-    except FileNotFoundError: return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError): return [f"its file manifest {entry/FILE_MANIFEST} is garbled"]
-    out = []
-    for rel, v in listed.items():
-        p = entry/rel
-        try: st = p.stat()
-        except OSError: out.append(f"{rel} is missing"); continue
-        if st.st_size != v.get('size'): out.append(f"{rel} changed size ({v.get('size')} -> {st.st_size} bytes)")
-        elif full:
-            if sha256_file(p) != v.get('sha256'): out.append(f"{rel} changed (its sha256 differs from the fetched file's)")
-        elif st.st_mtime_ns != v.get('mtime_ns'): out.append(f"{rel} was modified after the fetch")
-    return out
-
-# %% ../nbs/01_data.ipynb #717012f2
-def _changed_error(name: str, changes: list[str]) -> NlEmbryoError:
-    shown = '; '.join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else '')
-    return NlEmbryoError(f"data source '{name}' changed since it was fetched ({_entry(name)}): {shown}",
-                         f"run `nl-embryo data fetch {name} --force` to fetch it again (your edits there are replaced; keep your own data elsewhere)")
-
-# %% ../nbs/01_data.ipynb #67dc59e3
-def check_source(name: str,           # a registered source name, e.g. brown
-                 full: bool = False,  # compare sha256 instead of sizes and modification times
-                 manifest=None,       # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
-                 ) -> None:
-    "Raise `NlEmbryoError` naming the changed files of fetched source `name` and the fix (`source_changes`; `full`: by sha256)."
-    if changes := source_changes(name, full, manifest): raise _changed_error(name, changes)
-
-# %% ../nbs/01_data.ipynb #37120eb4
-def fetched_path(name: str,      # a registered source name, e.g. brown
-                 manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
-                 ) -> Path:      # the source's folder in the cache (a local source: its folder on this machine)
-    """The folder holding source `name`; raises `NlEmbryoError` (with the command that fetches it) when it is not fetched,
-    or when a file in it changed since the fetch (sizes and modification times against the file manifest)."""
-    src = _source(name, manifest)
-    if src['registry'] == 'local':
-        p = _local_path(src)
-        if not p.is_dir(): raise NlEmbryoError(f"local data source '{name}' ({p}) does not exist", "check the Python installation")
-        return p
-    if _read_stamp(src) is None:
-        what = 'was fetched for another version' if (_entry(name)/STAMP).exists() else 'is not fetched'
-        raise NlEmbryoError(f"data source '{name}' {what} (no complete entry for {src['version']} at {_entry(name)})",
-                            f"run `nl-embryo data fetch {name}` (in Python: nl_embryo.data.fetch(['{name}']))")
-    check_source(name, manifest={name: src})
-    return _entry(name)
 
 # %% ../nbs/01_data.ipynb #f29819e4
 def _tail(text: str, n: int = 8) -> str:
@@ -416,6 +359,63 @@ def fetch(names=None,            # a source name or a list of them (None: the so
             bar.update()
     return out
 
+# %% ../nbs/01_data.ipynb #04653fde
+def source_changes(name: str,              # a registered source name, e.g. brown
+                   full: bool = False,     # compare every file's sha256 (slow) instead of its size and modification time
+                   manifest=None,          # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                   ) -> list[str] | None:  # one description per changed file ([]: none); None: no file manifest to compare with
+    """The files of fetched source `name` that changed since the fetch, described (an empty list: none). The cheap check
+    (default) compares sizes and modification times with the file manifest written at fetch; `full=True` compares sha256
+    (a file touched but not changed passes). None when there is nothing to compare with (fetched before file manifests)."""
+    src = _source(name, manifest)
+    if src['registry'] == 'local': return []
+    entry = _entry(name)
+    try: listed = json.loads((entry/FILE_MANIFEST).read_text(encoding='utf-8'))['files']; listed.items()
+    except FileNotFoundError: return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError): return [f"its file manifest {entry/FILE_MANIFEST} is garbled"]
+    out = []
+    for rel, v in listed.items():
+        p = entry/rel
+        try: st = p.stat()
+        except OSError: out.append(f"{rel} is missing"); continue
+        if st.st_size != v.get('size'): out.append(f"{rel} changed size ({v.get('size')} -> {st.st_size} bytes)")
+        elif full:
+            if sha256_file(p) != v.get('sha256'): out.append(f"{rel} changed (its sha256 differs from the fetched file's)")
+        elif st.st_mtime_ns != v.get('mtime_ns'): out.append(f"{rel} was modified after the fetch")
+    return out
+
+# %% ../nbs/01_data.ipynb #717012f2
+def _changed_error(name: str, changes: list[str]) -> NlEmbryoError:
+    shown = '; '.join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else '')
+    return NlEmbryoError(f"data source '{name}' changed since it was fetched ({_entry(name)}): {shown}",
+                         f"run `nl-embryo data fetch {name} --force` to fetch it again (your edits there are replaced; keep your own data elsewhere)")
+
+# %% ../nbs/01_data.ipynb #67dc59e3
+def check_source(name: str,           # a registered source name, e.g. brown
+                 full: bool = False,  # compare sha256 instead of sizes and modification times
+                 manifest=None,       # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                 ) -> None:
+    "Raise `NlEmbryoError` naming the changed files of fetched source `name` and the fix (`source_changes`; `full`: by sha256)."
+    if changes := source_changes(name, full, manifest): raise _changed_error(name, changes)
+
+# %% ../nbs/01_data.ipynb #37120eb4
+def fetched_path(name: str,      # a registered source name, e.g. brown
+                 manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
+                 ) -> Path:      # the source's folder in the cache (a local source: its folder on this machine)
+    """The folder holding source `name`; raises `NlEmbryoError` (with the command that fetches it) when it is not fetched,
+    or when a file in it changed since the fetch (sizes and modification times against the file manifest)."""
+    src = _source(name, manifest)
+    if src['registry'] == 'local':
+        p = _local_path(src)
+        if not p.is_dir(): raise NlEmbryoError(f"local data source '{name}' ({p}) does not exist", "check the Python installation")
+        return p
+    if _read_stamp(src) is None:
+        what = 'was fetched for another version' if (_entry(name)/STAMP).exists() else 'is not fetched'
+        raise NlEmbryoError(f"data source '{name}' {what} (no complete entry for {src['version']} at {_entry(name)})",
+                            f"run `nl-embryo data fetch {name}` (in Python: nl_embryo.data.fetch(['{name}']))")
+    check_source(name, manifest={name: src})
+    return _entry(name)
+
 # %% ../nbs/01_data.ipynb #b1add018
 def data_status(manifest=None,  # a manifest dict (as `load_manifest` returns), a manifest.toml path, or None (the manifest in use)
                 ) -> pd.DataFrame:
@@ -480,6 +480,7 @@ BROWN_UNIVERSAL = {
 UNIVERSAL_TAGS = ('NOUN', 'VERB', 'ADJ', 'ADV', 'PRON', 'DET', 'ADP', 'NUM', 'CONJ', 'PRT', '.', 'X')
 _BROWN_SUFFIX = re.compile(r'^(.+?)((?:-(?:tl|hl|nc))*)$')
 
+# %% ../nbs/01_data.ipynb #91ff6cbd
 def brown_base_tag(tag: str,  # a Brown tag as in the corpus files, any case, e.g. `nn-tl`, `pps+bez`, `fw-at`
                    ) -> str:
     "The base of a Brown tag: lowercase, no `fw-`, first part of a compound, no `-tl`/`-hl`/`-nc`, no negation `*`."
@@ -488,6 +489,7 @@ def brown_base_tag(tag: str,  # a Brown tag as in the corpus files, any case, e.
     t = _BROWN_SUFFIX.match(t.split('+')[0]).group(1)
     return t[:-1] if len(t) > 1 and t.endswith('*') else t
 
+# %% ../nbs/01_data.ipynb #0dcd0e70
 def brown_to_universal(tag: str,              # a Brown tag, any case (reduced with `brown_base_tag`)
                        strict: bool = False,  # raise KeyError for a tag without a universal tag instead of returning `X`
                        ) -> str:              # one of `UNIVERSAL_TAGS`
@@ -659,6 +661,7 @@ def split_sentences(text: str,       # English running text, e.g. a whole speech
     if s := text[start:].strip(): out.append(s)
     return out
 
+# %% ../nbs/01_data.ipynb #c4d96046
 def load_sotu_sentences() -> pd.DataFrame:
     "The State of the Union sentences (`split_sentences`): `year`, `president`, `party`, `sent_id` (0.. across all speeches), `text`."
     rows = [(r.year, r.president, r.party, s) for r in load_sotu().itertuples() for s in split_sentences(r.text)]
@@ -712,6 +715,7 @@ def load_turkish_ud() -> pd.DataFrame:
     return pd.DataFrame(toks, columns=['sent_id', 'source', 'token_id', 'form', 'lemma', 'upos', 'xpos', 'feats',
                                        'head', 'deprel', 'misc']).astype({'source': 'category', 'upos': 'category'})
 
+# %% ../nbs/01_data.ipynb #ed2365f6
 def load_turkish_sentences() -> pd.DataFrame:
     "The Turkish Web Treebank sentences: `sent_id`, `source` (web/wiki), `text` (from `# text`)."
     _, sents = _turkish()
@@ -726,6 +730,7 @@ def strip_hebrew_marks(text: str,  # Hebrew text, pointed or not
     "Hebrew text without its vowel points and cantillation marks (letters, maqaf and punctuation stay)."
     return _HEBREW_MARKS.sub('', text)
 
+# %% ../nbs/01_data.ipynb #c2d8698f
 def _passages(node, path=()):
     "(index path from 1, text) of every string in a nested list."
     if isinstance(node, str): yield path, node
@@ -788,6 +793,7 @@ def strip_python_comments(source: str,  # Python source code
         out.append(line)
     return ''.join(out)
 
+# %% ../nbs/01_data.ipynb #da547bb5
 def _stdlib_files(root: Path, include_tests: bool) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):

@@ -39,6 +39,7 @@ def find_project(root=None, # the folder that holds `settings.ini`; None: the ne
     raise NlEmbryoError(f"no settings.ini in {here} or above it",
                         "run from the nl_embryo checkout, or pass root= the folder that holds settings.ini")
 
+# %% ../nbs/infra/docs.ipynb #a709aa68
 @contextlib.contextmanager
 def nbdev_project(root=None, # the project folder, as `find_project` takes it (None: found from the cwd up)
                  ):
@@ -315,6 +316,7 @@ def library_symbols(cfg, # nbdev's config of the project (as `nbdev_project` yie
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
     return {k: tuple(v) for mod in m.d.get('syms', {}).values() for k, v in mod.items()}
 
+# %% ../nbs/infra/docs.ipynb #eb6a2f6d
 def class_methods(syms: dict, # nbdev's index of the library, as `library_symbols` returns it
                   page: str,   # the html page the class is documented on (`docs.html`)
                   name: str,   # the class's name, unqualified (`DocsReport`)
@@ -352,6 +354,7 @@ def method_markdown(qual: str,  # the method's qualified name, `pkg.mod.Cls.meth
     except (OSError, TypeError): line = None
     return md.replace('#LNone)', f'#L{line})' if line else ')')
 
+# %% ../nbs/infra/docs.ipynb #807a16c3
 def add_method_docs(nb,         # a processed notebook (nbformat), changed in place
                     syms: dict, # nbdev's index of the library, as `library_symbols` returns it
                     page: str,  # the notebook's html page (`core.html`)
@@ -374,6 +377,25 @@ def add_method_docs(nb,         # a processed notebook (nbformat), changed in pl
                 shown.add(title); n += 1
     nb.cells = cells
     return n
+
+# %% ../nbs/infra/docs.ipynb #c62cbbe2
+def _frontmatter(nb, pop: bool = True) -> dict:
+    "The YAML frontmatter that nbdev put in a raw cell (title, description, output-file), taken out of `nb` (`pop`) or left there."
+    import yaml
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == 'raw' and (m := re.match(r'^\s*---\s*\n(.*?)\n---\s*$', c.source, re.S)):
+            try: fm = yaml.safe_load(m.group(1)) or {}
+            except yaml.YAMLError: continue
+            if isinstance(fm, dict):
+                if pop: del nb.cells[i]
+                return fm
+    return {}
+
+# %% ../nbs/infra/docs.ipynb #dc340e17
+def _page_name(rel: str, fm: dict) -> str:
+    "The html page of notebook `rel`: nbdev's `output-file` (`00_core.ipynb` -> `core.html`)."
+    from nbdev.doclinks import _nbpath2html
+    return (PurePosixPath(rel).parent/fm['output-file']).as_posix() if fm.get('output-file') else _nbpath2html(Path(rel)).as_posix()
 
 # %% ../nbs/infra/docs.ipynb #e144059c
 def add_methods_to_proc(proc: Path, # the processed folder (`_proc/`)
@@ -398,25 +420,6 @@ def add_methods_to_proc(proc: Path, # the processed folder (`_proc/`)
 # %% ../nbs/infra/docs.ipynb #e28690fe
 _re_opt = re.compile(r'^\s*#\|\s*([\w-]+)\s*:\s*(.*?)\s*$')
 _re_attr_link = re.compile(r'\[([^\]\n]+)\]\(([^)\s]+)\)\{([^}\n]*)\}')
-
-# %% ../nbs/infra/docs.ipynb #c62cbbe2
-def _frontmatter(nb, pop: bool = True) -> dict:
-    "The YAML frontmatter that nbdev put in a raw cell (title, description, output-file), taken out of `nb` (`pop`) or left there."
-    import yaml
-    for i, c in enumerate(nb.cells):
-        if c.cell_type == 'raw' and (m := re.match(r'^\s*---\s*\n(.*?)\n---\s*$', c.source, re.S)):
-            try: fm = yaml.safe_load(m.group(1)) or {}
-            except yaml.YAMLError: continue
-            if isinstance(fm, dict):
-                if pop: del nb.cells[i]
-                return fm
-    return {}
-
-# %% ../nbs/infra/docs.ipynb #dc340e17
-def _page_name(rel: str, fm: dict) -> str:
-    "The html page of notebook `rel`: nbdev's `output-file` (`00_core.ipynb` -> `core.html`)."
-    from nbdev.doclinks import _nbpath2html
-    return (PurePosixPath(rel).parent/fm['output-file']).as_posix() if fm.get('output-file') else _nbpath2html(Path(rel)).as_posix()
 
 # %% ../nbs/infra/docs.ipynb #103ce126
 def _cell_options(cell) -> dict:
@@ -547,6 +550,7 @@ def site_asset(source: str, # the data source (`nl_embryo.data`) that holds the 
                                 f"run `nl-embryo data fetch {source}` once while online; later builds work offline") from e
     return fetched_path(source)
 
+# %% ../nbs/infra/docs.ipynb #e900e095
 def copy_site_assets(site,                  # the site folder
                      widgets: bool = False, # also copy the widgets embed script (some page shows widgets)
                      vega: bool = False,    # also write the Vega bundle (some page holds a live chart)
@@ -709,6 +713,7 @@ def fix_notebook_links(page_html: str, # the html of a page
         return f'{m.group(1)}{_rel_href(html_of[rel], current)}{m.group(3) or ""}{m.group(4)}'
     return _re_href.sub(sub, page_html)
 
+# %% ../nbs/infra/docs.ipynb #e5086dec
 class _PageLinks(HTMLParser):
     "The ids of an html page and its links to other files (`a`/`link` href, `img`/`script`/`iframe`/`source` src)."
     _LINKS = {'a': 'href', 'link': 'href', 'img': 'src', 'script': 'src', 'iframe': 'src', 'source': 'src'}
@@ -777,6 +782,7 @@ def search_entries(page_html: str,     # the html of a built page
         res.append({'p': page, 'a': s['a'], 't': s['t'], 'k': 'api' if api else 'section', 'pt': title, 's': text})
     return res
 
+# %% ../nbs/infra/docs.ipynb #17634835
 def write_search_index(site,         # the folder of the built html site
                        titles: dict, # page (path in the site) -> its title; pages missing from the site are skipped
                       ) -> Path:     # the index file written

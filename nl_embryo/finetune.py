@@ -61,12 +61,14 @@ class FinetuneConfig:
     eval_batch_size: int = 128        # examples per batch when evaluating
     device: str | None = None         # cpu | cuda | None (auto)
 
+# %% ../nbs/11_finetune.ipynb #9dab0977
 def lr_scale(hidden_size: int | None,  # the model's hidden size; None: unknown (no scaling)
             ) -> float:                # the factor to multiply BERT-base's learning rate by
     "How much larger a learning rate a model of this hidden size takes than BERT-base: 10 up to 256, 3 up to 512, else 1."
     if hidden_size is None: return 1.0
     return 10.0 if hidden_size <= 256 else 3.0 if hidden_size <= 512 else 1.0
 
+# %% ../nbs/11_finetune.ipynb #1c89c3e9
 def default_hparams(task: str | Task,               # the task (a name or a `Task`); names not in `TASK_ANALOGUE` get SST-2's values
                     hidden_size: int | None = 256,  # the model's hidden size, which scales the learning rate (see `lr_scale`)
                    ) -> dict:                       # `FinetuneConfig` keyword arguments: lr, batch_size, epochs, warmup, max_len
@@ -253,6 +255,7 @@ def predict(model,                     # a head model (see `with_head`); its tra
     model.train(was)
     return out
 
+# %% ../nbs/11_finetune.ipynb #77cd2f6f
 def evaluate_split(model,                  # a head model for `task`
                    task: Task,             # the task, whose metrics are computed
                    examples: list[dict],   # encoded examples of one split (see `encode`)
@@ -500,6 +503,7 @@ def transfer_table(results: pd.DataFrame,          # `finetune` results with a c
     table.columns.name = None
     return table
 
+# %% ../nbs/11_finetune.ipynb #c9f1372d
 def transfer_chart(results: pd.DataFrame,     # `finetune` results with a column naming the rows
                    row: str = 'l1',           # the column whose values are the chart's rows
                    title: str | None = None,  # the chart's title; None: '<split> score by <row> and task'
@@ -538,6 +542,7 @@ def transfer_summary(results: pd.DataFrame,    # `finetune` results with a colum
         out.append({row: r, 'task': t, 'mean': m, 'lo': lo, 'hi': hi, 'n_seeds': len(g), 'values': list(np.round(g['value'], 4))})
     return pd.DataFrame(out)
 
+# %% ../nbs/11_finetune.ipynb #587f5ec2
 def compare_rows(summary: pd.DataFrame,  # the frame of `transfer_summary`
                  orderings,              # the claims, pairs `(a, b)` of rows meaning "a scores higher than b"
                  row: str = 'l1',        # the column naming the rows

@@ -18,12 +18,11 @@ from .models import SPECIAL_IDS, is_causal, is_pair, mlm_head, quiet_transformer
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['TOKENIZER_ATTR', 'LEGACY_LAYER', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS',
-           'interventions_of', 'tokenizer_for', 'Parts', 'model_parts', 'reverse_layers', 'remove_layers',
-           'canonical_component', 'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings',
-           'swap_embeddings', 'rescale_init', 'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings',
-           'split_top_level', 'parse_interventions', 'apply_interventions', 'canonical_interventions',
-           'format_interventions']
+__all__ = ['TOKENIZER_ATTR', 'LEGACY_LAYER', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'Parts',
+           'model_parts', 'interventions_of', 'tokenizer_for', 'reverse_layers', 'remove_layers', 'canonical_component',
+           'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings', 'swap_embeddings', 'rescale_init',
+           'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings', 'split_top_level', 'parse_interventions',
+           'apply_interventions', 'canonical_interventions', 'format_interventions']
 
 # %% ../nbs/09_interventions.ipynb #f3f3dbf8
 TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the tokenizer that goes with the new embeddings
@@ -57,25 +56,6 @@ def _record(model: PreTrainedModel, name: str, options: dict) -> PreTrainedModel
     past = list(getattr(model.config, 'nl_embryo_interventions', None) or [])
     model.config.nl_embryo_interventions = past + [{'name': name, 'options': _jsonable(options)}]
     return model
-
-def interventions_of(model,         # a model, or an `ElectraPair` (its discriminator)
-                    ) -> list[dict]: # `{'name', 'options'}` per intervention, oldest first
-    "The interventions recorded in a model's config, in the order they were applied (`[]` for an untouched model)."
-    return list(getattr(_target(model).config, 'nl_embryo_interventions', None) or [])
-
-def tokenizer_for(model,          # a model, or an `ElectraPair` (its discriminator)
-                  tokenizer=None, # the tokenizer to use when `swap_embeddings` attached none
-                 ):
-    "The tokenizer to use with an intervened model: the one `swap_embeddings` attached, else `tokenizer`."
-    attached = getattr(model.discriminator if is_pair(model) else model, TOKENIZER_ATTR, None)
-    return tokenizer if attached is None else attached
-
-@contextlib.contextmanager
-def _seeded(model, seed: int):
-    "Seed torch's global generators inside the block (for transformers' `_init_weights`), restoring their state afterwards."
-    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == 'cuda'})
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed); yield
 
 # %% ../nbs/09_interventions.ipynb #ad5c80c5
 def _join(*parts: str) -> str: return '.'.join(p for p in parts if p)
@@ -129,6 +109,26 @@ def _layers(model) -> nn.ModuleList:
     "The layer list of `model` (see `model_parts`)."
     m = _target(model)
     return m.get_submodule(model_parts(m).layers)
+
+# %% ../nbs/09_interventions.ipynb #45647100
+def interventions_of(model,         # a model, or an `ElectraPair` (its discriminator)
+                    ) -> list[dict]: # `{'name', 'options'}` per intervention, oldest first
+    "The interventions recorded in a model's config, in the order they were applied (`[]` for an untouched model)."
+    return list(getattr(_target(model).config, 'nl_embryo_interventions', None) or [])
+
+def tokenizer_for(model,          # a model, or an `ElectraPair` (its discriminator)
+                  tokenizer=None, # the tokenizer to use when `swap_embeddings` attached none
+                 ):
+    "The tokenizer to use with an intervened model: the one `swap_embeddings` attached, else `tokenizer`."
+    attached = getattr(model.discriminator if is_pair(model) else model, TOKENIZER_ATTR, None)
+    return tokenizer if attached is None else attached
+
+@contextlib.contextmanager
+def _seeded(model, seed: int):
+    "Seed torch's global generators inside the block (for transformers' `_init_weights`), restoring their state afterwards."
+    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == 'cuda'})
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed); yield
 
 # %% ../nbs/09_interventions.ipynb #7d390b66
 def _albert_schedule(n_layers: int, n_groups: int) -> list[int]:

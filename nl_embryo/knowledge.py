@@ -491,6 +491,7 @@ def top_predictions_table(predictions: pd.DataFrame,  # the rows of `knowledge_p
     t.columns = [f"step {c}" for c in t.columns]
     return t.rename_axis(index=['relation', 'query', 'answer'])
 
+# %% ../nbs/12_knowledge.ipynb #93c2bb45
 def knowledge_section(run,           # the run (unused)
                       tables: dict,  # the analysis' tables (see `knowledge_split`)
                      ) -> list:      # the report's parts: texts, a chart and tables

@@ -24,11 +24,11 @@ from .torchzip import read_torch_zip
 
 # %% auto #0
 __all__ = ['PRESETS', 'FAMILIES', 'ARCHITECTURES', 'ARCHS', 'PAIR_ARCHS', 'PRE_LN_ARCHS', 'CAUSAL_ARCHS', 'OBJECTIVES',
-           'SPECIAL_IDS', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'POSITION_INITS', 'PICKLED_WEIGHTS',
+           'SPECIAL_IDS', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PICKLED_WEIGHTS', 'POSITION_INITS',
            'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset',
            'get_preset', 'Architecture', 'PairConfig', 'swiglu_size', 'build_config', 'quiet_transformers',
-           'model_class', 'ElectraPair', 'is_pair', 'is_causal', 'lm_head', 'sinusoidal_table', 'init_positions',
-           'build_model', 'check_safetensors_weights', 'convert_to_safetensors', 'load_model', 'set_attention',
+           'model_class', 'ElectraPair', 'check_safetensors_weights', 'is_pair', 'is_causal', 'lm_head',
+           'sinusoidal_table', 'init_positions', 'build_model', 'convert_to_safetensors', 'load_model', 'set_attention',
            'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
            'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
            'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
@@ -52,6 +52,7 @@ class SizePreset:
         if min(self.hidden, self.layers, self.heads, self.intermediate, self.max_position) < 1 or (self.embedding_size or 1) < 1:
             raise NlEmbryoError(f"preset {self.name!r} has a size below 1: {self}", "use positive sizes")
 
+# %% ../nbs/03_models.ipynb #0370772a
 PRESETS: dict[str, SizePreset] = {p.name: p for p in [
     SizePreset('mini', hidden=128, layers=4, heads=4, intermediate=512),
     SizePreset('tiny', hidden=256, layers=4, heads=4, intermediate=1024),
@@ -250,6 +251,7 @@ def quiet_transformers():
         hf_logging.set_verbosity(level)
         if bars: hf_logging.enable_progress_bar()
 
+# %% ../nbs/03_models.ipynb #cfba5e0d
 def model_class(config: PretrainedConfig,      # a config that names its class in `architectures` (as `build_config` writes it)
                ) -> type[PreTrainedModel]:
     "The transformers class a config was written for (its `architectures[0]`)."
@@ -316,6 +318,23 @@ def save_pretrained(self: ElectraPair,
         self.discriminator.save_pretrained(path/'discriminator', **kwargs)
     return path
 
+# %% ../nbs/03_models.ipynb #afad0c04
+PICKLED_WEIGHTS = ('pytorch_model.bin', 'pytorch_model.bin.index.json', 'model.pt', 'model.pth', 'model.ckpt', 'tf_model.h5', 'flax_model.msgpack')
+
+def check_safetensors_weights(path,         # a model folder (config.json and weights)
+                             ) -> None:
+    """Refuse a model folder without safetensors weights: a `pytorch_model.bin` and its kin are pickles, which can run
+    code when loaded, so nl_embryo never loads them (it does not open them either). The error names the conversion."""
+    path = Path(path)
+    if any(path.glob('model*.safetensors')) or (path/'model.safetensors.index.json').exists(): return
+    other = [p.name for p in sorted(path.iterdir()) if p.name in PICKLED_WEIGHTS or p.suffix in ('.bin', '.pt', '.pth', '.ckpt')] if path.is_dir() else []
+    raise NlEmbryoError(f"{path} holds no safetensors weights{' (only ' + ', '.join(other) + ')' if other else ''}: nl_embryo loads "
+                        f"safetensors only, because pickled weights can run code when they are loaded",
+                        f"if you trust the files, convert them once: python -c \"from nl_embryo.models import convert_to_safetensors; "
+                        f"convert_to_safetensors('{path}', out='{path}-safetensors')\" (it reads the tensors of pytorch_model.bin without "
+                        f"unpickling and writes model.safetensors, the config and the tokenizer into the new folder, leaving this one as it is; "
+                        f"without out= it writes model.safetensors next to pytorch_model.bin)")
+
 # %% ../nbs/03_models.ipynb #498448ff
 @patch(cls_method=True)
 def from_pretrained(cls: ElectraPair,
@@ -352,6 +371,7 @@ def is_causal(model,      # a model, a config or a config dict (`Run.model_confi
     if arch in ARCHITECTURES: return ARCHITECTURES[arch].family == 'causal'
     return any(str(n).endswith(('ForCausalLM', 'LMHeadModel')) for n in (get('architectures') or []))
 
+# %% ../nbs/03_models.ipynb #9db8691f
 def lm_head(model: PreTrainedModel,  # a transformers causal LM (`*ForCausalLM`, `GPT2LMHeadModel`)
            ) -> nn.Module:
     "The output layer of a causal LM (final hidden states -> next-token logits): what `get_output_embeddings` returns."
@@ -414,23 +434,6 @@ def build_model(arch: str,                          # the architecture, one of `
         return init_positions(ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device)), position_init)
     return init_positions(_instantiate(cfg, device), position_init)
 
-# %% ../nbs/03_models.ipynb #afad0c04
-PICKLED_WEIGHTS = ('pytorch_model.bin', 'pytorch_model.bin.index.json', 'model.pt', 'model.pth', 'model.ckpt', 'tf_model.h5', 'flax_model.msgpack')
-
-def check_safetensors_weights(path,         # a model folder (config.json and weights)
-                             ) -> None:
-    """Refuse a model folder without safetensors weights: a `pytorch_model.bin` and its kin are pickles, which can run
-    code when loaded, so nl_embryo never loads them (it does not open them either). The error names the conversion."""
-    path = Path(path)
-    if any(path.glob('model*.safetensors')) or (path/'model.safetensors.index.json').exists(): return
-    other = [p.name for p in sorted(path.iterdir()) if p.name in PICKLED_WEIGHTS or p.suffix in ('.bin', '.pt', '.pth', '.ckpt')] if path.is_dir() else []
-    raise NlEmbryoError(f"{path} holds no safetensors weights{' (only ' + ', '.join(other) + ')' if other else ''}: nl_embryo loads "
-                        f"safetensors only, because pickled weights can run code when they are loaded",
-                        f"if you trust the files, convert them once: python -c \"from nl_embryo.models import convert_to_safetensors; "
-                        f"convert_to_safetensors('{path}', out='{path}-safetensors')\" (it reads the tensors of pytorch_model.bin without "
-                        f"unpickling and writes model.safetensors, the config and the tokenizer into the new folder, leaving this one as it is; "
-                        f"without out= it writes model.safetensors next to pytorch_model.bin)")
-
 # %% ../nbs/03_models.ipynb #ce5cd0c9
 def convert_to_safetensors(folder,                              # the model folder that holds the `torch.save` state dict
                            source: str = 'pytorch_model.bin',   # the file name of the `torch.save` state dict in `folder`
@@ -488,6 +491,7 @@ def attention_implementation(model,      # a transformers model or an `ElectraPa
     "The attention implementation a model (or the discriminator of a pair) uses now."
     return (model.discriminator if is_pair(model) else model).config._attn_implementation
 
+# %% ../nbs/03_models.ipynb #1d52e646
 def count_parameters(model: nn.Module,                 # any torch module; a parameter shared by two parts counts once
                      trainable_only: bool = False,      # count only the parameters with `requires_grad`
                      exclude_embeddings: bool = False,  # leave out the `nn.Embedding` tables (token, position, token type)
@@ -527,6 +531,7 @@ def stored_numel(model,      # a transformers model or an `ElectraPair`
     "Tensor elements a checkpoint of `model` holds (both folders of a pair)."
     return sum(_stored_numel(m) for m in ([model.generator, model.discriminator] if is_pair(model) else [model]))
 
+# %% ../nbs/03_models.ipynb #6b5e0f21
 def checkpoint_sizes(presets=('tiny', 'small', 'base'),  # the size presets (names or `SizePreset`s)
                      archs=ARCHS,                        # the architectures
                      vocab_sizes=(8000, 30522),          # the vocabulary sizes
@@ -738,6 +743,7 @@ def max_positions(model_or_config,           # a model, an `ElectraPair`, a conf
     if n is None: return default
     return int(n) - ((get('pad_token_id') or 0) + 1 if get('model_type') in ROBERTA_TYPES else 0)
 
+# %% ../nbs/03_models.ipynb #95f8b644
 def check_tokenizer_matches(model,       # a transformers model or an `ElectraPair`
                             tokenizer,   # the tokenizer to use with it
                            ) -> None:

@@ -14,9 +14,9 @@ from .models import lm_head, mlm_head, split_mlm_head
 # %% auto #0
 __all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_PROB', 'EVAL_LOSSES', 'PLATEAU_MARGIN',
            'MASK_SPLIT', 'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT', 'OBJECTIVES', 'step_generator', 'parse_mask_split',
-           'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'mlm_objective',
-           'masked_ce', 'sample_replacements', 'electra_objective', 'corrupt', 'rtd_logits', 'script_objective',
-           'linear_logsumexp', 'script_log_z', 'clm_objective']
+           'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'masked_ce',
+           'mlm_objective', 'sample_replacements', 'corrupt', 'rtd_logits', 'electra_objective', 'linear_logsumexp',
+           'script_log_z', 'script_objective', 'clm_objective']
 
 # %% ../nbs/04a_objectives.ipynb #c2c9bf18
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -109,6 +109,16 @@ def masked_lm_logits(model,                    # a transformers `*ForMaskedLM` m
     hidden = model.base_model(input_ids=inputs).last_hidden_state
     return mlm_head(model)(hidden[selected])
 
+# %% ../nbs/04a_objectives.ipynb #a1f0add3
+def masked_ce(logits: torch.Tensor,  # MLM logits at the masked positions, (N, V)
+              target: torch.Tensor,  # the original token ids at those positions, (N,)
+             ):                      # (loss, accuracy), both scalar tensors
+    """Cross-entropy (in float32) and accuracy of MLM `logits` at the masked positions. The accuracy's argmax reads the
+    float32 copy the loss makes anyway: a CPU's argmax over bf16 logits is about 4x slower (15 against 4 ms for 1,024 x
+    8,000), and it picks the same token, since the copy is exact."""
+    logits = logits.float()
+    return F.cross_entropy(logits, target), (logits.detach().argmax(-1) == target).float().mean()
+
 # %% ../nbs/04a_objectives.ipynb #fdae801c
 def mlm_objective(model,               # a transformers `*ForMaskedLM` model
                   ids,                 # a batch of token ids, (B, T)
@@ -125,16 +135,6 @@ def mlm_objective(model,               # a transformers `*ForMaskedLM` model
     loss, acc = masked_ce(logits, ids[sel])
     return dict(loss=loss, mlm_loss=loss.detach(), mlm_acc=acc, n_masked=int(sel.sum()))
 
-# %% ../nbs/04a_objectives.ipynb #a1f0add3
-def masked_ce(logits: torch.Tensor,  # MLM logits at the masked positions, (N, V)
-              target: torch.Tensor,  # the original token ids at those positions, (N,)
-             ):                      # (loss, accuracy), both scalar tensors
-    """Cross-entropy (in float32) and accuracy of MLM `logits` at the masked positions. The accuracy's argmax reads the
-    float32 copy the loss makes anyway: a CPU's argmax over bf16 logits is about 4x slower (15 against 4 ms for 1,024 x
-    8,000), and it picks the same token, since the copy is exact."""
-    logits = logits.float()
-    return F.cross_entropy(logits, target), (logits.detach().argmax(-1) == target).float().mean()
-
 # %% ../nbs/04a_objectives.ipynb #fa5db74f
 def sample_replacements(logits: torch.Tensor,      # logits, (N, V)
                         g: torch.Generator,        # the random generator (on `logits`' device)
@@ -143,6 +143,23 @@ def sample_replacements(logits: torch.Tensor,      # logits, (N, V)
     "One token per row of `logits`, sampled from softmax(logits / temperature) by the Gumbel-max trick."
     u = torch.rand(logits.shape, generator=g, device=logits.device).clamp_(1e-9, 1 - 1e-9)
     return (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
+
+# %% ../nbs/04a_objectives.ipynb #b4d366ed
+def corrupt(ids: torch.Tensor,       # the original token ids, (B, T)
+            selected: torch.Tensor,  # bool (B, T): the positions to overwrite
+            sampled: torch.Tensor,   # one token per selected position, (n_selected,)
+           ):
+    "Put `sampled` tokens at the `selected` positions: returns `(corrupted, replaced)`; a sampled token equal to the original is not a replacement."
+    corrupted = ids.clone(); corrupted[selected] = sampled
+    return corrupted, corrupted != ids
+
+# %% ../nbs/04a_objectives.ipynb #8ba83ca8
+def rtd_logits(disc,        # an ELECTRA-style discriminator (token classification with one label)
+               input_ids,   # the (corrupted) token ids, (B, T)
+              ):
+    "Per-token replaced-token logits (B x T) of an ELECTRA-style discriminator."
+    out = disc(input_ids=input_ids).logits
+    return out.squeeze(-1) if out.dim() == 3 else out
 
 # %% ../nbs/04a_objectives.ipynb #dc2880bb
 def electra_objective(model,               # an `ElectraPair` (generator + discriminator)
@@ -169,47 +186,6 @@ def electra_objective(model,               # an `ElectraPair` (generator + discr
     return dict(loss=mlm + rtd_weight * rtd, mlm_loss=mlm.detach(), rtd_loss=rtd.detach(), mlm_acc=acc,
                 rtd_acc=((d_logits > 0).float() == replaced).float().mean().detach(),
                 replaced_frac=replaced.mean().detach(), n_masked=int(sel.sum()))
-
-# %% ../nbs/04a_objectives.ipynb #b4d366ed
-def corrupt(ids: torch.Tensor,       # the original token ids, (B, T)
-            selected: torch.Tensor,  # bool (B, T): the positions to overwrite
-            sampled: torch.Tensor,   # one token per selected position, (n_selected,)
-           ):
-    "Put `sampled` tokens at the `selected` positions: returns `(corrupted, replaced)`; a sampled token equal to the original is not a replacement."
-    corrupted = ids.clone(); corrupted[selected] = sampled
-    return corrupted, corrupted != ids
-
-# %% ../nbs/04a_objectives.ipynb #8ba83ca8
-def rtd_logits(disc,        # an ELECTRA-style discriminator (token classification with one label)
-               input_ids,   # the (corrupted) token ids, (B, T)
-              ):
-    "Per-token replaced-token logits (B x T) of an ELECTRA-style discriminator."
-    out = disc(input_ids=input_ids).logits
-    return out.squeeze(-1) if out.dim() == 3 else out
-
-# %% ../nbs/04a_objectives.ipynb #21bb5e20
-def script_objective(model,               # a transformers `*ForMaskedLM` model (its own critic)
-                     ids,                 # a batch of token ids, (B, T)
-                     g,                   # the step's random generator (`step_generator`)
-                     vocab_size,          # the vocabulary size (random replacements are drawn below it)
-                     mask_prob=MASK_PROB,  # the fraction of tokens (or words) selected for prediction
-                     word_starts=None,    # `word_start_table(tokenizer)` for whole-word masking; None: token masking
-                     script_alpha=50.0,   # the weight of the self-critic discrimination loss
-                     split=MASK_SPLIT,    # fractions of the selected tokens that become [MASK] / a random token / stay
-                     **kwargs,            # the other objectives' options, ignored
-                    ):                    # dict: `loss`, the parts' losses and accuracies, `replaced_frac`, `n_masked`
-    "SCRIPT: MLM + script_alpha x self-critic discrimination with p(original) = Z / (Z + 1) from the same logits."
-    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
-    logits = masked_lm_logits(model, inputs, sel)
-    mlm, acc = masked_ce(logits, ids[sel])
-    with torch.no_grad(): sampled = sample_replacements(logits.detach(), g)
-    corrupted, replaced = corrupt(ids, sel, sampled)
-    original = (~replaced).float()
-    log_z = script_log_z(model, corrupted)
-    disc = F.binary_cross_entropy_with_logits(log_z, original)   # sigmoid(log Z) = Z / (Z + 1)
-    return dict(loss=mlm + script_alpha * disc, mlm_loss=mlm.detach(), disc_loss=disc.detach(), mlm_acc=acc,
-                disc_acc=(((log_z > 0).float()) == original).float().mean().detach(),
-                replaced_frac=(1 - original).mean().detach(), n_masked=int(sel.sum()))
 
 # %% ../nbs/04a_objectives.ipynb #9278e49f
 class _LinearLogSumExp(torch.autograd.Function):
@@ -257,6 +233,30 @@ def script_log_z(model,               # a transformers `*ForMaskedLM` model
     features, decoder = split_mlm_head(model)
     x = features(hidden).flatten(0, 1)                                            # (B*T, E)
     return linear_logsumexp(x, decoder).view(input_ids.shape)
+
+# %% ../nbs/04a_objectives.ipynb #21bb5e20
+def script_objective(model,               # a transformers `*ForMaskedLM` model (its own critic)
+                     ids,                 # a batch of token ids, (B, T)
+                     g,                   # the step's random generator (`step_generator`)
+                     vocab_size,          # the vocabulary size (random replacements are drawn below it)
+                     mask_prob=MASK_PROB,  # the fraction of tokens (or words) selected for prediction
+                     word_starts=None,    # `word_start_table(tokenizer)` for whole-word masking; None: token masking
+                     script_alpha=50.0,   # the weight of the self-critic discrimination loss
+                     split=MASK_SPLIT,    # fractions of the selected tokens that become [MASK] / a random token / stay
+                     **kwargs,            # the other objectives' options, ignored
+                    ):                    # dict: `loss`, the parts' losses and accuracies, `replaced_frac`, `n_masked`
+    "SCRIPT: MLM + script_alpha x self-critic discrimination with p(original) = Z / (Z + 1) from the same logits."
+    inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
+    logits = masked_lm_logits(model, inputs, sel)
+    mlm, acc = masked_ce(logits, ids[sel])
+    with torch.no_grad(): sampled = sample_replacements(logits.detach(), g)
+    corrupted, replaced = corrupt(ids, sel, sampled)
+    original = (~replaced).float()
+    log_z = script_log_z(model, corrupted)
+    disc = F.binary_cross_entropy_with_logits(log_z, original)   # sigmoid(log Z) = Z / (Z + 1)
+    return dict(loss=mlm + script_alpha * disc, mlm_loss=mlm.detach(), disc_loss=disc.detach(), mlm_acc=acc,
+                disc_acc=(((log_z > 0).float()) == original).float().mean().detach(),
+                replaced_frac=(1 - original).mean().detach(), n_masked=int(sel.sum()))
 
 # %% ../nbs/04a_objectives.ipynb #f626bf18
 def clm_objective(model,     # a transformers causal LM (`build_model('gpt-neox')`, `'gpt2'`, `'llama'`)

@@ -742,6 +742,10 @@ def check_out_folder(out,                   # the run folder (`PretrainConfig.ou
     return check_writable(out, '--out')
 
 
+# %% ../nbs/04_pretrain.ipynb #02af1850
+import contextlib as _contextlib
+_nullcontext = _contextlib.nullcontext
+
 # %% ../nbs/04_pretrain.ipynb #4ec42bd6
 def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `PretrainConfig()`)
              resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly)
@@ -799,10 +803,6 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
     bar.close()
     _finish_run(cfg, run, acc, metrics_path, data.h_unigram)
     return run
-
-# %% ../nbs/04_pretrain.ipynb #02af1850
-import contextlib as _contextlib
-_nullcontext = _contextlib.nullcontext
 
 # %% ../nbs/04_pretrain.ipynb #5912924d
 def pretrain_seeds(cfg: PretrainConfig | None = None,  # the configuration shared by every seed; its `out` is the folder of the seed folders

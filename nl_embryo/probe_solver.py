@@ -283,6 +283,31 @@ def _sklearn(Z, y, C, wd, max_iter):
         W[l][:, classes] = clf.coef_.T; b[l][classes] = clf.intercept_; its.append(int(np.max(clf.n_iter_)))
     return torch.from_numpy(W).to(Z.device), torch.from_numpy(b).to(Z.device), dict(iterations=its)
 
+# %% ../nbs/05c_probe_solver.ipynb #4bc7c1ee
+def _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
+    y = np.asarray(y, dtype=np.int64)
+    if len(y) != len(X): raise NlEmbryoError(f"{len(X)} feature rows but {len(y)} labels", "pass one label per row of X")
+    if len(np.unique(y)) < 2:
+        raise NlEmbryoError(f"the probe's training labels hold a single class ({np.unique(y).tolist()}): there is nothing to learn",
+                            "a probing task needs at least two classes in its train split: use more sentences or another task")
+    if solver not in ('lbfgs', 'adam', 'sklearn'): raise NlEmbryoError(f"unknown probe solver {solver!r}", "use 'lbfgs', 'adam' or 'sklearn'")
+    device = get_device(device)
+    C = int(n_classes or (y.max() + 1))
+    t0 = time.perf_counter()
+    if solver == 'adam':
+        mean, std = _moments(X, device)
+        if X_dev is None:                                            # no dev split given: hold out a tenth of train
+            cut = np.random.default_rng(seed).permutation(len(y)); n_dev = max(1, len(y) // 10)
+            dv, tr = np.sort(cut[:n_dev]), np.sort(cut[n_dev:])
+            X, y, X_dev, y_dev = X[tr], y[tr], X[dv], y[dv]
+        W, b, info = _adam(X, y, C, weight_decay, mean, std, X_dev, np.asarray(y_dev, dtype=np.int64), lr, batch_size, epochs, patience, seed, device)
+    else:
+        Z, mean, std = _standardised(X, device)
+        if solver == 'sklearn': W, b, info = _sklearn(Z, y, C, weight_decay, max_iter)
+        else: W, b, info = _fit_lbfgs(Z, torch.as_tensor(y, device=device), C, weight_decay, max_iter, tol)
+    info.update(solver=solver, seconds=time.perf_counter() - t0)
+    return LinearProbes(W.detach(), b.detach(), mean, std, info)
+
 # %% ../nbs/05c_probe_solver.ipynb #4e65bab4
 SMALL_PROBE = 2e8   # layers x examples x dim x classes below which a CPU fit runs on one thread
 
@@ -312,31 +337,6 @@ def fit_probes(X,                           # the train features (N, L, D): an a
     if threads is None and get_device(device).type == 'cpu' and np.prod(X.shape) * n_classes_ < SMALL_PROBE: threads = 1
     with torch_threads(threads):
         return _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device)
-
-# %% ../nbs/05c_probe_solver.ipynb #4bc7c1ee
-def _fit_probes(X, y, n_classes, solver, weight_decay, tol, max_iter, X_dev, y_dev, lr, batch_size, epochs, patience, seed, device):
-    y = np.asarray(y, dtype=np.int64)
-    if len(y) != len(X): raise NlEmbryoError(f"{len(X)} feature rows but {len(y)} labels", "pass one label per row of X")
-    if len(np.unique(y)) < 2:
-        raise NlEmbryoError(f"the probe's training labels hold a single class ({np.unique(y).tolist()}): there is nothing to learn",
-                            "a probing task needs at least two classes in its train split: use more sentences or another task")
-    if solver not in ('lbfgs', 'adam', 'sklearn'): raise NlEmbryoError(f"unknown probe solver {solver!r}", "use 'lbfgs', 'adam' or 'sklearn'")
-    device = get_device(device)
-    C = int(n_classes or (y.max() + 1))
-    t0 = time.perf_counter()
-    if solver == 'adam':
-        mean, std = _moments(X, device)
-        if X_dev is None:                                            # no dev split given: hold out a tenth of train
-            cut = np.random.default_rng(seed).permutation(len(y)); n_dev = max(1, len(y) // 10)
-            dv, tr = np.sort(cut[:n_dev]), np.sort(cut[n_dev:])
-            X, y, X_dev, y_dev = X[tr], y[tr], X[dv], y[dv]
-        W, b, info = _adam(X, y, C, weight_decay, mean, std, X_dev, np.asarray(y_dev, dtype=np.int64), lr, batch_size, epochs, patience, seed, device)
-    else:
-        Z, mean, std = _standardised(X, device)
-        if solver == 'sklearn': W, b, info = _sklearn(Z, y, C, weight_decay, max_iter)
-        else: W, b, info = _fit_lbfgs(Z, torch.as_tensor(y, device=device), C, weight_decay, max_iter, tol)
-    info.update(solver=solver, seconds=time.perf_counter() - t0)
-    return LinearProbes(W.detach(), b.detach(), mean, std, info)
 
 # %% ../nbs/05c_probe_solver.ipynb #57f841a2
 def classification_scores(pred,             # the predicted classes (L, N) (or (N,) for one layer)

@@ -23,8 +23,8 @@ from .models import is_causal, lm_head, mlm_head, SizePreset, build_model, max_p
 
 # %% auto #0
 __all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION', 'RECONSTRUCTION',
-           'pos_class', 'bin_label', 'reconstruction_data', 'word_correctness', 'accuracy_by_group', 'prediction_kind',
-           'with_prediction_kind', 'reconstruction_checkpoint', 'train_copy_model', 'next_word_correctness',
+           'pos_class', 'bin_label', 'reconstruction_data', 'train_copy_model', 'word_correctness', 'accuracy_by_group',
+           'prediction_kind', 'with_prediction_kind', 'reconstruction_checkpoint', 'next_word_correctness',
            'rescale_by_final', 'reconstruction_inputs', 'reconstruction_chart', 'reconstruction_charts',
            'prediction_phases', 'reconstruction_section']
 
@@ -148,6 +148,37 @@ def _predict(model, head, seqs: list[np.ndarray], positions: list[np.ndarray], p
             for i in batch: out[i] = pred[k:k + len(positions[i])]; k += len(positions[i])
     return out
 
+# %% ../nbs/07_reconstruction.ipynb #c44562b9
+def train_copy_model(tokenizer,             # the tokenizer of the pieces to copy (its length is the vocabulary size)
+                     texts: list[str],      # the texts to train on (cut at 512 pieces)
+                     max_steps: int = 300,  # the most full-batch training steps
+                     lr: float = 5e-3,      # Adam's learning rate
+                     seed: int = 0,         # seed of the initialisation
+                     hidden: int = 64,      # the hidden size (the intermediate size is twice that)
+                    ):
+    """A one-layer BERT trained to copy its input — its MLM head reproduces every input piece of `texts` — the
+    reference model for reconstruction accuracy 1.0. Trains until every piece is reproduced (or `max_steps`), on one
+    CPU thread (the model is too small to gain from more, and loses much to busy cores). A learning rate much above
+    the default sends it to the unigram plateau (every position predicts the most frequent piece) for good."""
+    with torch_threads(1): return _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden)
+
+def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
+    torch.manual_seed(seed)
+    size = SizePreset('copy', hidden=hidden, layers=1, heads=2, intermediate=2 * hidden, max_position=512)
+    model = build_model('bert', size, vocab_size=len(tokenizer)).eval()     # trained without dropout
+    enc = tokenizer(list(texts), padding=True, return_tensors='pt', truncation=True, max_length=512)
+    ids, att = enc['input_ids'], enc['attention_mask'].bool()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for step in range(max_steps):
+        logits = mlm_head(model)(model.base_model(input_ids=ids, attention_mask=att.long()).last_hidden_state[att])
+        if step % 5 == 0 and bool((logits.argmax(-1) == ids[att]).all()): break
+        loss = torch.nn.functional.cross_entropy(logits, ids[att])
+        opt.zero_grad(); loss.backward(); opt.step()
+    else:
+        acc = float((logits.argmax(-1) == ids[att]).float().mean())
+        if acc < 1: warnings.warn(f"the copy model reproduces {acc:.1%} of the pieces after {max_steps} steps; raise max_steps or lower lr")
+    return model.eval()
+
 # %% ../nbs/07_reconstruction.ipynb #48ee35c8
 def word_correctness(model,                              # a masked LM (its MLM head is read), or a causal LM (`next_word_correctness`)
                      tokenizer,                          # its fast tokenizer, with a [MASK] token (for a masked LM)
@@ -254,37 +285,6 @@ def reconstruction_checkpoint(model,                                 # a masked 
     base = getattr(model, 'base_model', model)
     return accuracy_by_group(words, layer=int(base.config.num_hidden_layers), min_words=data.get('per_group', 1))
 
-# %% ../nbs/07_reconstruction.ipynb #c44562b9
-def train_copy_model(tokenizer,             # the tokenizer of the pieces to copy (its length is the vocabulary size)
-                     texts: list[str],      # the texts to train on (cut at 512 pieces)
-                     max_steps: int = 300,  # the most full-batch training steps
-                     lr: float = 5e-3,      # Adam's learning rate
-                     seed: int = 0,         # seed of the initialisation
-                     hidden: int = 64,      # the hidden size (the intermediate size is twice that)
-                    ):
-    """A one-layer BERT trained to copy its input — its MLM head reproduces every input piece of `texts` — the
-    reference model for reconstruction accuracy 1.0. Trains until every piece is reproduced (or `max_steps`), on one
-    CPU thread (the model is too small to gain from more, and loses much to busy cores). A learning rate much above
-    the default sends it to the unigram plateau (every position predicts the most frequent piece) for good."""
-    with torch_threads(1): return _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden)
-
-def _train_copy_model(tokenizer, texts, max_steps, lr, seed, hidden):
-    torch.manual_seed(seed)
-    size = SizePreset('copy', hidden=hidden, layers=1, heads=2, intermediate=2 * hidden, max_position=512)
-    model = build_model('bert', size, vocab_size=len(tokenizer)).eval()     # trained without dropout
-    enc = tokenizer(list(texts), padding=True, return_tensors='pt', truncation=True, max_length=512)
-    ids, att = enc['input_ids'], enc['attention_mask'].bool()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for step in range(max_steps):
-        logits = mlm_head(model)(model.base_model(input_ids=ids, attention_mask=att.long()).last_hidden_state[att])
-        if step % 5 == 0 and bool((logits.argmax(-1) == ids[att]).all()): break
-        loss = torch.nn.functional.cross_entropy(logits, ids[att])
-        opt.zero_grad(); loss.backward(); opt.step()
-    else:
-        acc = float((logits.argmax(-1) == ids[att]).float().mean())
-        if acc < 1: warnings.warn(f"the copy model reproduces {acc:.1%} of the pieces after {max_steps} steps; raise max_steps or lower lr")
-    return model.eval()
-
 # %% ../nbs/07_reconstruction.ipynb #056e8874
 def next_word_correctness(model,                    # a causal LM: its output layer's (`lm_head`) next-token predictions are read
                           tokenizer,                # its fast tokenizer
@@ -326,6 +326,7 @@ def rescale_by_final(df: pd.DataFrame, # reconstruction results over steps, with
     out['metric'] = 'accuracy_rescaled'
     return out
 
+# %% ../nbs/07_reconstruction.ipynb #64c61e96
 def reconstruction_inputs(run,                              # the run (a `Run` or its path): its model's positions bound the sentence length
                           per_group: int = MIN_GROUP_WORDS, # the targets wanted per group
                           seed: int = 0,                    # seed of the order in which sentences are read

@@ -20,7 +20,7 @@ from .corpora import CORPORA
 from .data import fetched_path
 
 # %% auto #0
-__all__ = ['masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'causal_ll', 'score_sentences', 'held_out_sentences',
+__all__ = ['held_out_sentences', 'masked_pll', 'sentence_scores', 'script_pll', 'compare_pll', 'causal_ll', 'score_sentences',
            'antiberty_dir', 'load_antiberty']
 
 # %% ../nbs/13_scoring.ipynb #1d0605dd
@@ -119,6 +119,27 @@ def _windows(model, ids, targets,  # the model and the encoded sentences (<code>
             src = np.r_[np.arange(lead), lead + s + np.arange(k), np.arange(len(row) - trail, len(row))]
             out.append((i, src, np.searchsorted(src, t[start == s])))
     return out
+
+# %% ../nbs/13_scoring.ipynb #096c003a
+def held_out_sentences(corpus: str = 'english',       # a text corpus of `nl_embryo.corpora.CORPORA` (not an artificial one)
+                       n: int | None = 500,           # the most sentences to return; None: all of them
+                       seed: int = 0,                 # the corpus seed `build_corpus` was given (it draws the split and the order)
+                       eval_fraction: float = 0.01,   # the eval fraction `build_corpus` was given (corpora split by sentence only)
+                       min_words: int = 1,            # the fewest whitespace-separated words a sentence may have
+                       max_words: int | None = None,  # the most words a sentence may have; None: no limit
+                      ) -> list[str]:
+    "The first `n` sentences of a text corpus' eval split (its evaluation documents, or as `build_corpus(corpus, seed=seed, eval_fraction=...)` made it), with `min_words`..`max_words` words."
+    if corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {corpus!r}", f"choose one of: {', '.join(CORPORA)}")
+    spec = CORPORA[corpus]
+    if spec.artificial: raise NlEmbryoError(f"corpus {corpus!r} is artificial: it has no sentences", "use a text corpus: english, brown, sotu, turkish, code")
+    if spec.split_sources:       # by document: the evaluation sentences of the split registry
+        items = list(spec.source(None, seed, None, 'eval')); is_eval = np.ones(len(items), bool)
+        items = [items[i] for i in np.random.default_rng(seed).permutation(len(items))]   # the order build_corpus packs them in
+    else:
+        items = spec.source(None, seed, None)
+        is_eval = np.random.default_rng(seed).random(len(items)) < eval_fraction
+    out = [t for t, e in zip(items, is_eval) if e and min_words <= len(t.split()) <= (max_words or 10**9)]
+    return out if n is None else out[:n]
 
 # %% ../nbs/13_scoring.ipynb #b6672c6a
 class _LastLayerAt:
@@ -323,27 +344,6 @@ def score_sentences(model,      # a causal LM or a `*ForMaskedLM` model (for an 
     "The token frame of `sentences` under `model`: `causal_ll` (exact log-likelihood) for a causal LM (`is_causal`), else `masked_pll` (pseudo-log-likelihood)."
     return (causal_ll if is_causal(model) else masked_pll)(model, tokenizer, sentences, **kwargs)
 
-# %% ../nbs/13_scoring.ipynb #096c003a
-def held_out_sentences(corpus: str = 'english',       # a text corpus of `nl_embryo.corpora.CORPORA` (not an artificial one)
-                       n: int | None = 500,           # the most sentences to return; None: all of them
-                       seed: int = 0,                 # the corpus seed `build_corpus` was given (it draws the split and the order)
-                       eval_fraction: float = 0.01,   # the eval fraction `build_corpus` was given (corpora split by sentence only)
-                       min_words: int = 1,            # the fewest whitespace-separated words a sentence may have
-                       max_words: int | None = None,  # the most words a sentence may have; None: no limit
-                      ) -> list[str]:
-    "The first `n` sentences of a text corpus' eval split (its evaluation documents, or as `build_corpus(corpus, seed=seed, eval_fraction=...)` made it), with `min_words`..`max_words` words."
-    if corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {corpus!r}", f"choose one of: {', '.join(CORPORA)}")
-    spec = CORPORA[corpus]
-    if spec.artificial: raise NlEmbryoError(f"corpus {corpus!r} is artificial: it has no sentences", "use a text corpus: english, brown, sotu, turkish, code")
-    if spec.split_sources:       # by document: the evaluation sentences of the split registry
-        items = list(spec.source(None, seed, None, 'eval')); is_eval = np.ones(len(items), bool)
-        items = [items[i] for i in np.random.default_rng(seed).permutation(len(items))]   # the order build_corpus packs them in
-    else:
-        items = spec.source(None, seed, None)
-        is_eval = np.random.default_rng(seed).random(len(items)) < eval_fraction
-    out = [t for t, e in zip(items, is_eval) if e and min_words <= len(t.split()) <= (max_words or 10**9)]
-    return out if n is None else out[:n]
-
 # %% ../nbs/13_scoring.ipynb #4cd1e4bf
 def _protein_tokenizer(vocab_file: Path):
     from tokenizers import Tokenizer, models, pre_tokenizers, processors, decoders, Regex
@@ -392,6 +392,7 @@ def antiberty_dir(force: bool = False,  # convert again even when the converted 
                                                                       dropped=sorted(set(raw) - set(weights) - {'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias'})), indent=1))
     return dest
 
+# %% ../nbs/13_scoring.ipynb #382fe157
 def load_antiberty(device='cpu',  # the device to put the model on
                  ):
     "AntiBERTy as `(BertForMaskedLM, tokenizer)` in eval mode, loaded from the safetensors conversion (`antiberty_dir`)."

@@ -49,6 +49,7 @@ class Checkpoint:
     @property
     def usable(self) -> bool: return self.weights == 'safetensors'
 
+# %% ../nbs/04d_sources.ipynb #ac7b304d
 def describe_checkpoint(step: int,                # the step it stands for
                         path,                     # its folder
                         tokens: int | None = None,  # tokens seen, if known

@@ -154,6 +154,7 @@ def text_key(text: str,  # a sentence (anything: `str` is applied)
     "A sentence as compared across sources: lowercase, without whitespace (what a lowercasing tokenizer sees, nearly)."
     return re.sub(r'\s+', '', str(text).lower())
 
+# %% ../nbs/01a_splits.ipynb #49e20fd9
 @functools.lru_cache(maxsize=4)
 def train_keys(sources: tuple,  # sources with a registered split, as a tuple (hashable: the result is cached)
                ) -> frozenset:
@@ -166,6 +167,7 @@ def english_train_keys() -> frozenset:
     "The `text_key` of every sentence of a train document of an English source."
     return train_keys(ENGLISH_SOURCES)
 
+# %% ../nbs/01a_splits.ipynb #f1d24ece
 def eval_sentences(frame: pd.DataFrame,  # a sentence frame of `source`, as its sentence loader returns it (needs `text`)
                    source: str,          # the source the frame comes from: brown, sotu, turkish or talmud
                    ) -> pd.DataFrame:
@@ -177,6 +179,7 @@ def eval_sentences(frame: pd.DataFrame,  # a sentence frame of `source`, as its 
         ev = ev[~ev['text'].map(text_key).isin(train)].reset_index(drop=True)
     return ev
 
+# %% ../nbs/01a_splits.ipynb #23d74125
 @functools.lru_cache(maxsize=8)
 def eval_sentence_ids(source: str,  # a source with a registered split: brown, sotu, turkish or talmud
                       ) -> frozenset:

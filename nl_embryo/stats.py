@@ -90,6 +90,28 @@ def verdict(lo: float,  # the lower end of a difference's interval
     "The verdict on a claimed `a > b` from the interval of `a - b`: `holds` above 0, `fails` below 0, else `within noise`."
     return 'holds' if lo > 0 else 'fails' if hi < 0 else 'within noise'
 
+# %% ../nbs/00b_stats.ipynb #3a235d29
+def _seed_rows(values):
+    "An arm as a float seeds x items array when its rows have one length, else a list of per-seed float arrays; empty arms are refused."
+    if isinstance(values, np.ndarray) and values.ndim == 1 or (isinstance(values, (list, tuple)) and len(values) and all(np.isscalar(v) for v in values)):
+        values = [values]                                                             # a flat array: one seed's items
+    rows = [np.asarray(r, dtype=np.float64).ravel() for r in values]
+    if not rows or any(len(r) == 0 for r in rows):
+        raise NlEmbryoError("multi_bootstrap needs at least one seed with at least one item", "pass a seeds x items array (one row per pre-training seed)")
+    return np.vstack(rows) if len({len(r) for r in rows}) == 1 else rows
+
+def _item_means(arm, rng, n_boot: int, w_items=None):
+    "n_boot x seeds: each seed's mean over a resample of items (`w_items`: the shared draw's counts; None: each seed's own items)."
+    if w_items is not None:
+        ok = ~np.isnan(arm)
+        with np.errstate(invalid='ignore', divide='ignore'):
+            return (w_items @ np.where(ok, arm, 0).T) / (w_items @ ok.T.astype(np.float64))
+    cols = []
+    for r in arm:
+        r = r[~np.isnan(r)]
+        cols.append(rng.multinomial(len(r), np.full(len(r), 1 / len(r)), size=n_boot) @ r / len(r) if len(r) else np.full(n_boot, np.nan))
+    return np.stack(cols, 1)
+
 # %% ../nbs/00b_stats.ipynb #b47d2bd3
 ONE_SEED = 'one pre-training seed: the interval is over evaluation items only'   # the note of an interval from a single pre-training run
 
@@ -125,28 +147,6 @@ def multi_bootstrap(values,                         # one arm: a seeds x items a
     n_seeds = min(len(a) for a in arms)
     return dict(estimate=float(e), lo=float(lo), hi=float(hi), n_seeds=n_seeds,
                 n_items=int(n if shared else min(int((~np.isnan(r)).sum()) for a in arms for r in a)), note=ONE_SEED if n_seeds == 1 else '')
-
-# %% ../nbs/00b_stats.ipynb #3a235d29
-def _seed_rows(values):
-    "An arm as a float seeds x items array when its rows have one length, else a list of per-seed float arrays; empty arms are refused."
-    if isinstance(values, np.ndarray) and values.ndim == 1 or (isinstance(values, (list, tuple)) and len(values) and all(np.isscalar(v) for v in values)):
-        values = [values]                                                             # a flat array: one seed's items
-    rows = [np.asarray(r, dtype=np.float64).ravel() for r in values]
-    if not rows or any(len(r) == 0 for r in rows):
-        raise NlEmbryoError("multi_bootstrap needs at least one seed with at least one item", "pass a seeds x items array (one row per pre-training seed)")
-    return np.vstack(rows) if len({len(r) for r in rows}) == 1 else rows
-
-def _item_means(arm, rng, n_boot: int, w_items=None):
-    "n_boot x seeds: each seed's mean over a resample of items (`w_items`: the shared draw's counts; None: each seed's own items)."
-    if w_items is not None:
-        ok = ~np.isnan(arm)
-        with np.errstate(invalid='ignore', divide='ignore'):
-            return (w_items @ np.where(ok, arm, 0).T) / (w_items @ ok.T.astype(np.float64))
-    cols = []
-    for r in arm:
-        r = r[~np.isnan(r)]
-        cols.append(rng.multinomial(len(r), np.full(len(r), 1 / len(r)), size=n_boot) @ r / len(r) if len(r) else np.full(n_boot, np.nan))
-    return np.stack(cols, 1)
 
 # %% ../nbs/00b_stats.ipynb #dd0d9e9b
 def seeds_interval(estimates,                      # per pre-training seed: its estimate (a table's `value`)

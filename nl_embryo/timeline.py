@@ -47,6 +47,7 @@ def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or 
     feed(obj)
     return h.hexdigest()[:16]
 
+# %% ../nbs/05_timeline.ipynb #eb385d3d
 def analysis_key(fn: Callable,   # the per-checkpoint analysis function: its module, name and source code join the key
                  data,           # the data it is given (by its `fingerprint`)
                  options: dict,  # the options it is called with (by their `fingerprint`)
@@ -68,6 +69,8 @@ def options_key(options: dict,  # analysis options: nested dicts, lists and tupl
     return json.dumps(norm(options), sort_keys=True)
 
 # %% ../nbs/05_timeline.ipynb #ffaa00c1
+EVAL_TEXT_FILE = 'eval_text.json'   # in the analysis folder of a source nl_embryo did not write: the eval text it is measured on
+
 def default_analysis_home(path,  # a timeline source nl_embryo did not write
                          ) -> Path:  # `<data cache>/timelines/<name>-<8 hex digits of its absolute path>`
     "The default analysis folder of a source nl_embryo did not write: in the data cache, one per source path."
@@ -163,6 +166,7 @@ def checkpoint(self: Run,
         raise NlEmbryoError(f"checkpoint step{step} of {self.path} is damaged: {problem}", fix(step))
     return cks[step]
 
+# %% ../nbs/05_timeline.ipynb #e4237229
 @patch
 def model_config(self: Run,
                  step: int | None = None,  # the checkpoint's step (None: the last)
@@ -173,6 +177,7 @@ def model_config(self: Run,
     if (path/'discriminator').is_dir(): path = path/('generator' if part == 'generator' else 'discriminator')
     return json.loads((path/'config.json').read_text())
 
+# %% ../nbs/05_timeline.ipynb #34f4ff3b
 @patch
 def is_pair(self: Run,
             step: int | None = None,  # the checkpoint to look at (None: the last)
@@ -180,12 +185,24 @@ def is_pair(self: Run,
     "Whether the checkpoints hold an ELECTRA-style generator + discriminator pair."
     return (self.checkpoint(step)/'discriminator').is_dir()
 
+# %% ../nbs/05_timeline.ipynb #fd9be2c1
 @patch
 def is_causal(self: Run) -> bool:
     """Whether the run's model is a decoder-only causal LM (`nl_embryo.models.is_causal` of its last checkpoint's config;
     a run of nl_embryo whose checkpoints are not kept: of the architecture its `config.json` records; False without either)."""
     if not self.steps(): return is_causal({'nl_embryo_arch': (self.config.get('config') or {}).get('arch')})   # False when none is recorded
     return not self.is_pair() and is_causal(self.model_config())
+
+# %% ../nbs/05_timeline.ipynb #35510850
+_CONTENT_IDS: dict = {}   # (folder, the identity of each of its files) -> `content_digest`: a folder is read once per process while unchanged
+
+def _content_id(path: Path) -> str:
+    "`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of its files."
+    path = Path(path).resolve()
+    ident = (str(path), tuple((p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                              for p in sorted(path.rglob('*')) if p.is_file() for st in [p.stat()]))
+    if (digest := _CONTENT_IDS.get(ident)) is None: digest = _CONTENT_IDS[ident] = content_digest(path)
+    return digest
 
 # %% ../nbs/05_timeline.ipynb #a7d20e3a
 @patch
@@ -216,8 +233,6 @@ def check_unchanged(self: Run,
                             f"if the change is intended, analyse it into a new folder (--out), or remove {f} to list it afresh")
 
 # %% ../nbs/05_timeline.ipynb #e724e7e9
-EVAL_TEXT_FILE = 'eval_text.json'   # in the analysis folder of a source nl_embryo did not write: the eval text it is measured on
-
 def eval_texts(eval_text,  # a corpus of `nl_embryo.corpora.CORPORA` with a document split (its eval split is read) or the path of a UTF-8 text file
               ) -> tuple[dict, list[str]]:  # (what it is: `name`, `kind` and, for a file, its `path` and `sha256`; its texts)
     "The texts of an eval text the user names: a corpus' eval split (eval documents only, `nl_embryo.splits`) or a text file's non-empty lines."
@@ -257,6 +272,7 @@ def tokenizer(self: Run,
     if where is None: raise NlEmbryoError(f"checkpoint step {step} of {self.path} has no tokenizer files", "save the tokenizer (tokenizer.save_pretrained) into its folder")
     with quiet_transformers(): return AutoTokenizer.from_pretrained(where)
 
+# %% ../nbs/05_timeline.ipynb #a4137979
 @patch
 def eval_text_ids(self: Run,
                   eval_text=None,  # a corpus name or a text file (None: the one recorded in `OUT/eval_text.json`)
@@ -285,6 +301,7 @@ def record_eval_text(self: Run,
     self.eval_text = rec
     return rec
 
+# %% ../nbs/05_timeline.ipynb #be1e187b
 @patch
 def eval_text_blocks(self: Run,
                      block_size: int = 128,  # tokens per block
@@ -327,17 +344,7 @@ def metrics(self: Run) -> pd.DataFrame:
             except json.JSONDecodeError: pass
     return pd.DataFrame(rows)
 
-@patch
-def phases(self: Run) -> pd.DataFrame:
-    """Phase marks of the run, a tidy frame (`PHASE_COLUMNS`: phase, step, step_lo, value, lo, hi, reference, source,
-    detail), each where an interval first clears its baseline (`first_clearing`) and so known to lie in (step_lo, step]:
-    the step at which it left the unigram plateau (the eval MLM loss's 95% interval first `PLATEAU_MARGIN` nat below
-    the corpus' unigram entropy), and the
-    onsets of every registered analysis that declares a phase detector (`Analysis.phases`: attention entropy
-    dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
-    registers the built-in ones). A phase not reached has no step and says so in `detail`."""
-    return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
-
+# %% ../nbs/05_timeline.ipynb #d1499fee
 @patch
 def load(self: Run,
          step: int | None = None,  # the checkpoint's step (None: the last)
@@ -399,6 +406,7 @@ def cache_dir(self: Run,
     "The folder of the per-step cache of the analysis keyed `key`: `analysis/cache/<key>/`."
     return self.analysis_dir/'cache'/key
 
+# %% ../nbs/05_timeline.ipynb #541de35f
 @patch
 def has_table(self: Run,
               name: str,  # the table's name, e.g. 'probes'
@@ -419,6 +427,18 @@ def table(self: Run,
         df = df[df['options'] == (options if isinstance(options, str) else options_key(options))].reset_index(drop=True)
     return df
 
+# %% ../nbs/05_timeline.ipynb #b3764798
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    "An exclusive lock on `path` across processes (POSIX `flock`; no lock elsewhere)."
+    try: import fcntl
+    except ImportError: yield; return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try: yield
+        finally: fcntl.flock(f, fcntl.LOCK_UN)
+
 # %% ../nbs/05_timeline.ipynb #c0ba9ded
 @patch
 def write_table(self: Run,
@@ -429,6 +449,7 @@ def write_table(self: Run,
     buf = io.BytesIO(); df.to_parquet(buf, index=False)
     return atomic_write_bytes(self.table_path(name), buf.getvalue())
 
+# %% ../nbs/05_timeline.ipynb #b1ac3771
 @patch
 def update_table(self: Run,
                  name: str,                # the table's name, e.g. 'probes'
@@ -447,21 +468,11 @@ def update_table(self: Run,
     self.write_table(name, df)
     return df
 
+# %% ../nbs/05_timeline.ipynb #51e7bc73
 @patch
 def analysis_lock(self: Run):
     "An exclusive lock on this run's `analysis/` folder (across processes), held while tables are read, merged and written."
     return _file_lock(self.home/'.analysis.lock')
-
-# %% ../nbs/05_timeline.ipynb #35510850
-_CONTENT_IDS: dict = {}   # (folder, the identity of each of its files) -> `content_digest`: a folder is read once per process while unchanged
-
-def _content_id(path: Path) -> str:
-    "`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of its files."
-    path = Path(path).resolve()
-    ident = (str(path), tuple((p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                              for p in sorted(path.rglob('*')) if p.is_file() for st in [p.stat()]))
-    if (digest := _CONTENT_IDS.get(ident)) is None: digest = _CONTENT_IDS[ident] = content_digest(path)
-    return digest
 
 # %% ../nbs/05_timeline.ipynb #c0081de7
 @patch
@@ -516,18 +527,6 @@ def map(self: Run,
             buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(f, buf.getvalue())
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
-
-# %% ../nbs/05_timeline.ipynb #b3764798
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    "An exclusive lock on `path` across processes (POSIX `flock`; no lock elsewhere)."
-    try: import fcntl
-    except ImportError: yield; return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, 'a') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try: yield
-        finally: fcntl.flock(f, fcntl.LOCK_UN)
 
 # %% ../nbs/05_timeline.ipynb #25c6020b
 def as_run(run,  # a `Run` (returned as it is), a run folder or a model folder
@@ -592,6 +591,18 @@ def _plateau_exit(run) -> list[dict]:
 
 # %% ../nbs/05_timeline.ipynb #10da4d73
 PHASE_DETECTORS: list = [_plateau_exit]   # functions `Run -> phase rows`; `nl_embryo.registry.register` appends the analyses' own
+
+# %% ../nbs/05_timeline.ipynb #e5e37521
+@patch
+def phases(self: Run) -> pd.DataFrame:
+    """Phase marks of the run, a tidy frame (`PHASE_COLUMNS`: phase, step, step_lo, value, lo, hi, reference, source,
+    detail), each where an interval first clears its baseline (`first_clearing`) and so known to lie in (step_lo, step]:
+    the step at which it left the unigram plateau (the eval MLM loss's 95% interval first `PLATEAU_MARGIN` nat below
+    the corpus' unigram entropy), and the
+    onsets of every registered analysis that declares a phase detector (`Analysis.phases`: attention entropy
+    dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
+    registers the built-in ones). A phase not reached has no step and says so in `detail`."""
+    return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
 
 # %% ../nbs/05_timeline.ipynb #26a6a813
 def training_curves_chart(metrics: pd.DataFrame,                # a run's metrics (`Run.metrics()`): a `step` column and its loss (`*_loss`, `loss`) and accuracy (`*_acc`) columns

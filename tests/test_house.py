@@ -1,10 +1,12 @@
 """The shape of the package, read from its source: the module import graph has no cycle, no module imports another's
 private name, and the science modules do not import the infrastructure (the sweep runner `batch`, the docs-site builder
-`docs`) or the applications on top (`cli`, `demo`)."""
-import ast
+`docs`) or the applications on top (`cli`, `demo`). The chapters keep nbdev's rhythm: no exported cell over 60 lines,
+and every public definition followed by a line of prose and then an example that uses it."""
+import ast, json, re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent/'nl_embryo'
+CHAPTERS = sorted([*(PKG.parent/'nbs').glob('*.ipynb'), *(PKG.parent/'nbs'/'infra').glob('*.ipynb')])   # the library's notebooks
 INFRASTRUCTURE = {'batch', 'docs'}
 APPLICATIONS = {'cli', 'demo'}
 
@@ -51,3 +53,36 @@ def test_the_science_modules_import_no_infrastructure():
     assert INFRASTRUCTURE | APPLICATIONS <= set(imports)
     bad = [(m, t) for m, e in imports.items() if m not in INFRASTRUCTURE | APPLICATIONS for t, _ in e if t in INFRASTRUCTURE | APPLICATIONS]
     assert not bad, f"science modules importing infrastructure or applications: {bad}"
+
+
+def _exported(cell) -> bool:
+    return cell['cell_type'] == 'code' and re.match(r'\s*#\|\s*export', ''.join(cell['source'])) is not None
+
+
+def test_no_exported_cell_is_longer_than_60_lines():
+    long = [(nb.name, len(''.join(c['source']).splitlines())) for nb in CHAPTERS for c in json.loads(nb.read_text())['cells']
+            if _exported(c) and len(''.join(c['source']).splitlines()) > 60]
+    assert not long, long
+
+
+def rhythm_gaps(nb: Path) -> list:
+    "(name, what is missing) for each public definition of `nb` whose exported cell is not followed by prose, then a cell using it."
+    cells, gaps = json.loads(nb.read_text())['cells'], []
+    for i, c in enumerate(cells):
+        if not _exported(c): continue
+        tree = ast.parse('\n'.join(l for l in ''.join(c['source']).splitlines() if not l.startswith(('#|', '%'))))
+        for name in [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not n.name.startswith('_')]:
+            prose, shown = False, None
+            for c2 in cells[i + 1:]:
+                if _exported(c2):
+                    if prose: break
+                    continue                                               # private helpers it calls may come first
+                if c2['cell_type'] == 'markdown': prose = True
+                elif re.search(rf'\b{re.escape(name)}\b', ''.join(c2['source'])): shown = prose; break
+            if not shown: gaps.append((name, 'no example' if shown is None else 'no prose before its example'))
+    return gaps
+
+
+def test_every_public_definition_has_prose_and_an_example():
+    gaps = {nb.relative_to(PKG.parent/'nbs').as_posix(): g for nb in CHAPTERS if (g := rhythm_gaps(nb))}
+    assert len(CHAPTERS) > 25 and not gaps, gaps
