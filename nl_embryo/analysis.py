@@ -17,5 +17,6 @@ _all_ = ['ANALYSES', 'Analysis', 'Section', 'analysis_tables', 'analyze', 'get_a
 BUILTIN = ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'finetune')   # the built-in analyses, by table name
 
 def analyses() -> dict[str, Analysis]:
-    "The registry, with every built-in analysis in it."
-    return ANALYSES
+    """The registry, with every built-in analysis in it: the built-in ones first in `BUILTIN`'s order, whatever order
+    their chapters were imported in, then the others in the order they were registered. A new dict: `register` adds."""
+    return {**{n: ANALYSES[n] for n in BUILTIN if n in ANALYSES}, **ANALYSES}
