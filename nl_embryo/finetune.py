@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from .objectives import MASK_PROB, mlm_objective, step_generator
 from .registry import Analysis, analyze, register
-from .stats import t_interval, verdict, welch_interval
+from .stats import detectable_difference, t_interval, verdict, welch_interval
 from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
 from .models import is_causal, is_pair, quiet_transformers, mlm_head, max_positions
@@ -548,9 +548,10 @@ def compare_rows(summary: pd.DataFrame,  # the frame of `transfer_summary`
                  row: str = 'l1',        # the column naming the rows
                  task: str = 'avg',      # the task compared (default: the average over tasks)
                  level: float = 0.95,    # the confidence level of the intervals
-                ) -> pd.DataFrame:       # one row per claim: claim, task, difference, lo, hi, n_seeds, verdict
+                ) -> pd.DataFrame:       # one row per claim: claim, task, difference, lo, hi, n_seeds, verdict, detectable
     """Each claimed ordering `(a, b)` (a > b) on `task` of a `transfer_summary`: the difference of means, Welch's 95%
-    interval of it, and the verdict: `holds`, `fails` or `within noise`."""
+    interval of it, the verdict (`holds`, `fails` or `within noise`) and `detectable`, the smallest difference the
+    design detects with 80% power (`detectable_difference`), which a verdict *within noise* needs beside it."""
     s = summary[summary['task'] == task].set_index(row)
     rows = []
     for a, b in orderings:
@@ -558,7 +559,8 @@ def compare_rows(summary: pd.DataFrame,  # the frame of `transfer_summary`
             raise NlEmbryoError(f"no {task!r} results for {a!r} or {b!r}", f"rows present: {', '.join(map(str, s.index))}")
         va, vb = np.asarray(s.loc[a, 'values'], float), np.asarray(s.loc[b, 'values'], float)
         d, lo, hi = welch_interval(va, vb, level)
-        rows.append(dict(claim=f"{a} > {b}", task=task, difference=d, lo=lo, hi=hi, n_seeds=f"{len(va)} / {len(vb)}", verdict=verdict(lo, hi)))
+        rows.append(dict(claim=f"{a} > {b}", task=task, difference=d, lo=lo, hi=hi, n_seeds=f"{len(va)} / {len(vb)}", verdict=verdict(lo, hi),
+                         detectable=detectable_difference(va, vb, level)))
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_finetune.ipynb #a7c31e02

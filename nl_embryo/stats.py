@@ -12,7 +12,7 @@ from .core import NlEmbryoError
 
 # %% auto #0
 __all__ = ['INTERVAL_LEVEL', 'N_BOOT', 'ONE_SEED', 'cluster_bootstrap', 'interval_columns', 't_interval', 'welch_interval',
-           'verdict', 'multi_bootstrap', 'seeds_interval']
+           'verdict', 'detectable_difference', 'multi_bootstrap', 'seeds_interval']
 
 # %% ../nbs/00b_stats.ipynb #b0a5eee3
 INTERVAL_LEVEL = 0.95   # the level of every interval nl_embryo reports
@@ -69,6 +69,13 @@ def t_interval(values,                        # the values (seeds, eval batches)
     return (m, m - h, m + h)
 
 # %% ../nbs/00b_stats.ipynb #71ea1fc8
+def _welch_se_dof(qa, qb, na: int, nb: int):
+    "The standard error of a difference of two means and its Welch–Satterthwaite degrees of freedom (at least 1), from each mean's squared standard error `qa`, `qb` (floats or arrays) and the arms' sizes."
+    qa, qb = np.asarray(qa, float), np.asarray(qb, float)
+    den = qa ** 2 / (na - 1) + qb ** 2 / (nb - 1)
+    with np.errstate(invalid='ignore', divide='ignore'): dof = np.where(den > 0, (qa + qb) ** 2 / den, 1.0)
+    return np.sqrt(qa + qb), np.maximum(dof, 1.0)
+
 def welch_interval(a,                              # the values of the first arm (seeds)
                    b,                              # the values of the second arm
                    level: float = INTERVAL_LEVEL,  # the interval's coverage
@@ -77,10 +84,8 @@ def welch_interval(a,                              # the values of the first arm
     va, vb = np.asarray(a, float), np.asarray(b, float)
     d = va.mean() - vb.mean()
     if len(va) > 1 and len(vb) > 1:
-        sa, sb = va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb)
-        se = np.sqrt(sa + sb)
-        dof = (sa + sb) ** 2 / ((sa ** 2 / (len(va) - 1) if sa else 0) + (sb ** 2 / (len(vb) - 1) if sb else 0)) if sa + sb > 0 else 1
-        h = _scipy_stats.t.ppf(0.5 + level / 2, max(dof, 1)) * se
+        se, dof = _welch_se_dof(va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb), len(va), len(vb))
+        h = float(_scipy_stats.t.ppf(0.5 + level / 2, dof) * se)
     else: h = np.nan
     return (d, d - h, d + h)
 
@@ -89,6 +94,35 @@ def verdict(lo: float,  # the lower end of a difference's interval
            ) -> str:    # 'holds', 'fails' or 'within noise'
     "The verdict on a claimed `a > b` from the interval of `a - b`: `holds` above 0, `fails` below 0, else `within noise`."
     return 'holds' if lo > 0 else 'fails' if hi < 0 else 'within noise'
+
+# %% ../nbs/00b_stats.ipynb #f4be471b
+def detectable_difference(a,                              # the values of the first arm (seeds); with `b` None: paired differences, one per seed
+                          b=None,                         # the values of the second arm; None: `a` alone, judged by Student's t interval of its mean (`t_interval`)
+                          level: float = INTERVAL_LEVEL,  # the coverage of the interval that decides (as in `welch_interval`)
+                          power: float = 0.8,             # the chance of detecting the difference
+                          n_sim: int = 20_000,            # simulated repeats of the design
+                          seed: int = 0,                  # seed of the simulation
+                         ) -> float:                      # the smallest true difference detected with that chance; NaN with fewer than 2 values in an arm
+    """The smallest true difference of means for which Welch's interval at `level` clears 0 with probability `power`, in
+    a design like this one: arms of the same sizes, normal with the arms' observed standard deviations. A repeat clears
+    0 when the true difference exceeds its interval's half-width minus its noise, so the answer is the `power` quantile
+    of (half-width − noise) over `n_sim` simulated repeats. Beside a verdict *within noise* it says how large a
+    difference the design could have seen. With `b` None, `a` holds paired differences (one per seed, both arms on the
+    same seeds and data) and the interval is Student's t of their mean."""
+    va = np.asarray(a, float)
+    rng = np.random.default_rng(seed)
+    if b is None:                                                     # paired: the mean of the differences against 0
+        if len(va) < 2: return np.nan
+        x = rng.normal(0, va.std(ddof=1), (n_sim, len(va)))
+        half = _scipy_stats.t.ppf(0.5 + level / 2, len(va) - 1) * x.std(1, ddof=1) / np.sqrt(len(va))
+        return float(np.quantile(half - x.mean(1), power))
+    vb = np.asarray(b, float)
+    if len(va) < 2 or len(vb) < 2: return np.nan
+    xa = rng.normal(0, va.std(ddof=1), (n_sim, len(va)))
+    xb = rng.normal(0, vb.std(ddof=1), (n_sim, len(vb)))
+    se, dof = _welch_se_dof(xa.var(1, ddof=1) / len(va), xb.var(1, ddof=1) / len(vb), len(va), len(vb))
+    half = _scipy_stats.t.ppf(0.5 + level / 2, dof) * se
+    return float(np.quantile(half - (xa.mean(1) - xb.mean(1)), power))
 
 # %% ../nbs/00b_stats.ipynb #3a235d29
 def _seed_rows(values):

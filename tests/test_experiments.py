@@ -86,8 +86,8 @@ def test_objectives_notebook_compares_at_equal_flops(tmp_path, monkeypatch):
                                                   ('objectives-cpu', 'objectives', 'arch')])
 def test_recorded_cpu_runs_agree_with_their_tables(folder, notebook, row):
     """The committed CPU runs of the experiment notebooks (nbs/data/experiments/*-cpu): every verdict in orderings.csv
-    follows from the per-seed values in summary.csv, each row has 3 seeds, and the notebook and the results summary
-    quote the verdicts."""
+    and the smallest difference the design detects follow from the per-seed values in summary.csv, each row has 3 seeds,
+    and the notebook and the results summary quote both."""
     import json
     from nl_embryo.finetune import compare_rows
     d = ROOT/'nbs'/'data'/'experiments'/folder
@@ -100,6 +100,7 @@ def test_recorded_cpu_runs_agree_with_their_tables(folder, notebook, row):
     again = compare_rows(summary, pairs, row=row)
     assert list(again['verdict']) == list(recorded['verdict'])
     assert (again['difference'] - recorded['difference']).abs().max() < 1e-3
+    assert (again['detectable'] - recorded['detectable']).abs().max() < 1e-9       # the smallest difference detectable at 80% power
     table = pd.read_csv(d/'table.csv', index_col=0)
     avg = summary[summary['task'] == 'avg'].set_index(row)['mean']
     assert (table['avg'] - avg.reindex(table.index)).abs().max() < 1e-3
@@ -107,9 +108,9 @@ def test_recorded_cpu_runs_agree_with_their_tables(folder, notebook, row):
                for n in (notebook, 'results')}
     for r in recorded.itertuples():
         num = lambda x: f"{x:+.3f}".replace('-', '−')                      # the tables print a minus sign
-        line = f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)})"
+        line = f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)}) | {r.verdict} | {r.detectable:.3f} |"
         assert line in sources[notebook], line
-        assert f"{r.claim} | {num(r.difference)} ({num(r.lo)}, {num(r.hi)}) | {r.verdict}" in sources['results'], r.claim
+        assert line in sources['results'], line
 
 
 def _parameter_cells():
