@@ -21,6 +21,16 @@ def cli(capsys, *args):
     return rc, got.out + got.err
 
 
+def fresh_fallback_site(docs: Path, pages, sources) -> bool:
+    """Is `docs` a fallback build of `nl-embryo docs` (CI builds one just before pytest) that holds every page of `pages`
+    (paths inside it) with the site's own navigation, and is newer than every file of `sources`?"""
+    pages = [docs/p for p in pages]
+    if not pages or not all(p.is_file() for p in pages): return False
+    if not all('<nav class="nl-nav">' in p.read_text(encoding='utf-8') for p in pages): return False   # Quarto's site: not offline
+    built = min(p.stat().st_mtime for p in pages)
+    return all(s.exists() and s.stat().st_mtime <= built for s in sources)
+
+
 def poison_mlm_loss(monkeypatch, at_call: int) -> None:
     "Make the MLM objective's loss NaN at its `at_call`-th call: a diverging step, injected."
     import nl_embryo.pretrain as P

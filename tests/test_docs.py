@@ -12,6 +12,7 @@ import pytest
 import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from conftest import fresh_fallback_site
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.docs import build_docs, chart_output_to_svg, notebook_errors, resolve_sidebar
 
@@ -261,20 +262,12 @@ def test_repo_quarto_yml_sidebar():
         ['index.ipynb', '00_core.ipynb', '01_data.ipynb', {'section': 'experiments', 'contents': ['experiments/e1.ipynb']}]
 
 
-def _fresh_repo_site(docs: Path) -> bool:
-    "Is `docs` a fallback build of this repository (`nl-embryo docs`, run by CI just before pytest) newer than every notebook and the builder?"
-    index = docs/'index.html'
-    if not index.is_file() or '<nav class="nl-nav">' not in index.read_text(encoding='utf-8'): return False   # none, or Quarto's site
-    built = min(p.stat().st_mtime for p in docs.rglob('*.html'))
-    sources = [*(ROOT/'nbs').rglob('*.ipynb'), ROOT/'nl_embryo'/'docs.py', ROOT/'_quarto.yml']
-    return all(s.stat().st_mtime <= built for s in sources)
-
-
 def test_repo_docs_build(tmp_path):
     """This repository's own docs build with the fallback (chapters being written may carry errors: not strict here).
     The site CI built just before pytest is read when it is newer than every notebook; otherwise it is built here."""
     site = ROOT/'_docs'
-    if not _fresh_repo_site(site):
+    pages = [p.relative_to(site) for p in site.rglob('*.html')] if site.is_dir() else []
+    if not fresh_fallback_site(site, pages, [*(ROOT/'nbs').rglob('*.ipynb'), ROOT/'nl_embryo'/'docs.py', ROOT/'_quarto.yml']):
         r = build_docs(out=tmp_path/'site', root=ROOT, use_quarto=False, strict=False, readme=False, quiet=True)
         assert r.pages['index.ipynb'] == 'index.html' and r.pages['00_core.ipynb'] == 'core.html'
         assert r.out == (tmp_path/'site').resolve()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_browser
+from conftest import fresh_fallback_site, require_browser
 
 from nl_embryo.docs import build_docs, check_links
 
@@ -28,16 +28,6 @@ PAGES = {  # page -> (its notebook in nbs/, the fewest charts it must draw)
     'tutorials/first_embryo.html': ('tutorials/first_embryo.ipynb', 4),
     'tutorials/attention_explorer.html': ('tutorials/attention_explorer.ipynb', 2),
 }
-
-
-def _fresh_fallback_site(docs: Path) -> bool:
-    "Is `docs` a complete nbconvert-fallback build, newer than the notebooks of PAGES and the docs builder?"
-    pages = [docs/p for p in PAGES]
-    if not all(p.is_file() for p in pages): return False
-    if not all('<nav class="nl-nav">' in p.read_text(encoding='utf-8') for p in pages): return False   # Quarto's site: not offline
-    built = min(p.stat().st_mtime for p in pages)
-    sources = [ROOT/'nbs'/nb for nb, _ in PAGES.values()] + [ROOT/'nl_embryo'/'docs.py', ROOT/'_quarto.yml']
-    return all(s.exists() and s.stat().st_mtime <= built for s in sources)
 
 
 def _build_pages(tmp: Path) -> Path:
@@ -54,7 +44,8 @@ def _build_pages(tmp: Path) -> Path:
 def site(tmp_path_factory):
     require_browser()
     docs = ROOT/'_docs'
-    return docs if _fresh_fallback_site(docs) else _build_pages(tmp_path_factory.mktemp('docs'))
+    sources = [ROOT/'nbs'/nb for nb, _ in PAGES.values()] + [ROOT/'nl_embryo'/'docs.py', ROOT/'_quarto.yml']
+    return docs if fresh_fallback_site(docs, PAGES, sources) else _build_pages(tmp_path_factory.mktemp('docs'))
 
 
 CHARTS = """() => {
