@@ -13,16 +13,22 @@ sys.path.insert(0, str(BENCH))
 import interleave as il
 
 
-def test_eval_split_bench_names_a_folder_that_is_not_a_run(tmp_path, reference):
-    "bench/eval_split.py on a missing folder and on a bare checkpoint folder: one line each, naming the fix."
-    import subprocess, sys
-    root = Path(__file__).resolve().parent.parent
+def test_eval_split_bench_names_a_folder_that_is_not_a_run(tmp_path, reference, monkeypatch, capsys):
+    "bench/eval_split.py on a missing folder and on a bare checkpoint folder: one message each, naming the fix."
+    import runpy, torch
+    script = str(BENCH/'eval_split.py')
+    def bench(*args):      # run as `python bench/eval_split.py ARGS`, in this process: a new interpreter would add only its start
+        monkeypatch.setattr(sys, 'argv', [script, *map(str, args)])
+        n = torch.get_num_threads()
+        try: runpy.run_path(script, run_name='__main__')
+        finally: torch.set_num_threads(n)
     for path, said in [(tmp_path/'nope', 'pass a run folder'), (Path(reference)/'checkpoints'/'step4', 'give a run folder')]:
-        p = subprocess.run([sys.executable, str(root/'bench'/'eval_split.py'), str(path)], capture_output=True, text=True)
-        assert p.returncode == 1 and said in p.stderr and 'Traceback' not in p.stderr, p.stderr
-    p = subprocess.run([sys.executable, str(root/'bench'/'eval_split.py'), str(reference)], capture_output=True, text=True)
-    row = p.stdout.strip().splitlines()[-1].split()
-    assert p.returncode == 0 and row[1] == '4' and len(row) == 6, p.stdout + p.stderr   # a real run is scored both ways
+        with pytest.raises(SystemExit) as e: bench(path)
+        assert isinstance(e.value.code, str) and e.value.code.startswith('eval_split: ') and said in e.value.code, e.value.code
+    capsys.readouterr()
+    bench(reference)
+    row = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert row[1] == '4' and len(row) == 6, row    # a real run is scored both ways
 
 
 def worker(tmp_path, n):

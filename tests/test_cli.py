@@ -42,18 +42,20 @@ def test_analyze_writes_every_table(tiny_run):
     assert {'layer', 'head', 'pattern', 'value'} <= set(attention.columns)
 
 
-def test_analyze_only_some_steps_keeps_the_others(tiny_run):
+def test_analyze_only_some_steps_keeps_the_others(tiny_run, capsys):
     before = pd.read_parquet(tiny_run/'analysis'/'attention.parquet')
-    run_cli('analyze', tiny_run, '--attention', '--steps', '4', '--quiet')
+    rc, said = cli(capsys, 'analyze', tiny_run, '--attention', '--steps', '4', '--quiet')     # in this process (`main`)
+    assert rc == 0, said[-2000:]
     df = pd.read_parquet(tiny_run/'analysis'/'attention.parquet')
     assert set(df['step']) == {0, 4} and len(df) == len(before)          # step 4 recomputed (from the cache), step 0 kept
 
 
-def test_analyze_bad_input(tmp_path, tiny_run):
-    r = run_cli('analyze', tmp_path/'no-such-run', '--attention', check=False)
-    assert r.returncode == 2 and 'no-such-run' in r.stderr and 'Traceback' not in r.stderr
-    r = run_cli('analyze', tiny_run, '--attention', '--steps', '5', check=False)
-    assert r.returncode == 2 and '5' in r.stderr and 'Traceback' not in r.stderr
+def test_analyze_bad_input(tmp_path, capsys, tiny_run):
+    # in this process (`main`, what the console script calls): a new interpreter per error would add only its start
+    rc, err = cli(capsys, 'analyze', tmp_path/'no-such-run', '--attention')
+    assert rc == 2 and 'no-such-run' in err and 'fix:' in err and 'Traceback' not in err
+    rc, err = cli(capsys, 'analyze', tiny_run, '--attention', '--steps', '5')
+    assert rc == 2 and 'no checkpoint at step 5' in err and 'Traceback' not in err
 
 
 def test_analyze_bad_steps(tmp_path, capsys, reference):
