@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from .objectives import MASK_PROB, mlm_objective, step_generator
 from .registry import Analysis, analyze, register
-from .stats import detectable_difference, t_interval, verdict, welch_interval
+from .stats import detectable_difference, multi_bootstrap, t_interval, verdict, welch_interval
 from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
 from .models import is_causal, is_pair, quiet_transformers, mlm_head, max_positions
@@ -30,7 +30,8 @@ from .timeline import Run
 __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FINETUNE', 'FinetuneConfig', 'lr_scale',
            'default_hparams', 'with_head', 'adopt_tokenizer', 'mlm_adapt', 'encode', 'predict', 'evaluate_split',
            'train_one', 'finetune', 'majority_baseline', 'transfer_table', 'transfer_chart', 'transfer_summary',
-           'compare_rows', 'transfer_interval_chart', 'finetune_checkpoint', 'checkpoint_chart', 'finetune_run']
+           'compare_rows', 'transfer_interval_chart', 'compare_seeded', 'finetune_checkpoint', 'checkpoint_chart',
+           'finetune_run']
 
 # %% ../nbs/11_finetune.ipynb #b8416dea
 PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): paper 000 Table 5; POS: paper 001
@@ -585,6 +586,44 @@ def transfer_interval_chart(summary: pd.DataFrame,              # the frame of `
     layers = [bars, pts]
     if len(base): layers.append(alt.Chart(base).mark_rule(strokeDash=[4, 3], color='gray').encode(x='mean:Q', tooltip=[row, alt.Tooltip('mean:Q', format='.3f')]))
     return alt.layer(*layers).properties(width=360, height=max(60, 22 * len(d)), title=title or f'{task} test score by {row}')
+
+# %% ../nbs/11_finetune.ipynb #8b921bbf
+def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pretrain_seed`, `seed` (fine-tuning), `split`, `primary`, `task`, `value`
+                   orderings,              # the claims, pairs `(a, b)` of rows meaning "a scores higher than b"
+                   row: str = 'arm',       # the column naming the rows (arms)
+                   task: str | None = None,  # the task compared (None: the average of the main metric over the tasks)
+                   split: str = 'test',    # the split scored
+                   level: float = 0.95,    # the coverage of the intervals
+                   seed: int = 0,          # seed of the bootstrap
+                  ) -> pd.DataFrame:       # one row per claim: claim, difference, lo, hi, t_lo, t_hi, n_seeds, verdict, detectable
+    """Each claimed ordering `(a, b)` over pre-training seeds, the arms paired by pre-training seed and fine-tuning seed
+    (the same initialisation, data and data order): the difference of means with the multi-bootstrap interval
+    (`lo`, `hi`: pre-training seeds resampled, and fine-tuning seeds within them) and Student's t interval of the
+    per-pre-training-seed differences (`t_lo`, `t_hi`). The verdict is `holds` (or `fails`) only when both intervals
+    clear 0: at three seeds a bootstrap interval is narrow, the t interval is not. `detectable` is the smallest
+    difference the paired design detects with 80% power (`detectable_difference` of the per-seed differences)."""
+    need = {row, 'pretrain_seed', 'seed', 'split', 'primary', 'task', 'value'}
+    if not need <= set(results.columns):
+        raise NlEmbryoError(f"the results lack {sorted(need - set(results.columns))}",
+                            "pass the frames of finetune / finetune_run with `pretrain_seed` and the arm's column added")
+    r = results[(results['split'] == split) & results['primary']]
+    if task is not None: r = r[r['task'] == task]
+    per = r.groupby([row, 'pretrain_seed', 'seed'])['value'].mean()          # the average over tasks (or the one task)
+    out = []
+    for a, b in orderings:
+        if a not in per.index.get_level_values(0) or b not in per.index.get_level_values(0):
+            raise NlEmbryoError(f"no {split} results for {a!r} or {b!r}", f"arms present: {', '.join(map(str, dict.fromkeys(per.index.get_level_values(0))))}")
+        A, B = per.loc[a].unstack('seed'), per.loc[b].unstack('seed')
+        if list(A.index) != list(B.index) or list(A.columns) != list(B.columns):
+            raise NlEmbryoError(f"{a!r} and {b!r} do not share their seeds", "run every arm with the same pre-training and fine-tuning seeds")
+        mb = multi_bootstrap(A.to_numpy(), B.to_numpy(), paired=True, level=level, seed=seed)
+        diffs = (A - B).mean(axis=1).to_numpy()
+        _, t_lo, t_hi = t_interval(diffs, level)
+        v = verdict(mb['lo'], mb['hi'])
+        out.append(dict(claim=f"{a} > {b}", difference=mb['estimate'], lo=mb['lo'], hi=mb['hi'], t_lo=t_lo, t_hi=t_hi,
+                        n_seeds=f"{len(A)} x {A.shape[1]}", verdict=v if v == verdict(t_lo, t_hi) else 'within noise',
+                        detectable=detectable_difference(diffs, level=level)))
+    return pd.DataFrame(out)
 
 # %% ../nbs/11_finetune.ipynb #9cb3c436
 def finetune_checkpoint(model,                         # the checkpoint's model

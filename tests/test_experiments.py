@@ -137,3 +137,47 @@ def test_papermill_reads_every_parameter(nb):
     assigned = {t.id for node in ast.parse(PARAMETER_CELLS[nb]).body if isinstance(node, ast.Assign) for t in node.targets}
     read = set(pm.inspect_notebook(str(ROOT/'nbs'/nb)))
     assert assigned and assigned == read, f"papermill misses {sorted(assigned - read)}"
+
+
+SEEDED = {   # the experiments over pre-training seeds: (folder, the notebook stating them, their orderings)
+    'l1-seeds-cpu': ('l1_transfer', [('english', 'nested-zipf'), ('nested-zipf', 'random'), ('random', 'none'),
+                                     ('nested-zipf', 'none'), ('english', 'random')]),
+    'interventions-seeds-cpu': ('interventions', [('original', 'reversed'), ('reversed', 'clean'), ('original', 'shuffled'),
+                                                  ('shuffled', 'clean embeddings'), ('shuffled', 'clean'),
+                                                  ('original', 'clean embeddings'), ('original', 'clean')]),
+}
+
+
+def seeded_arms(folder):
+    "The arms of a stored experiment over pre-training seeds: its own rows, with english-vs-none-cpu's two arms named as it names them."
+    d = ROOT/'nbs'/'data'/'experiments'
+    ev = pd.read_parquet(d/'english-vs-none-cpu'/'results.parquet')
+    own = pd.read_parquet(d/folder/'results.parquet')
+    col = 'l1' if folder == 'l1-seeds-cpu' else 'intervention'
+    names = {900: 'english', 0: 'none'} if col == 'l1' else {900: 'original', 0: 'clean'}
+    return pd.concat([ev.assign(arm=ev.step.map(names)), own.rename(columns={col: 'arm'})], ignore_index=True)
+
+
+@pytest.mark.parametrize('folder', sorted(SEEDED))
+def test_seeded_experiments_are_stated_as_their_data_say(folder):
+    """The CPU experiments over 3 pre-training seeds: each arm has 3 pre-training seeds x 3 fine-tuning seeds on the same
+    test items, every ordering's line in the notebook and in results.ipynb is what `compare_seeded` computes from the
+    stored per-seed results, and its run record gives the time it took."""
+    import json
+    from nl_embryo.finetune import compare_seeded
+    notebook, orderings = SEEDED[folder]
+    arms = seeded_arms(folder)
+    test = arms[(arms.split == 'test') & arms.primary]
+    assert (test.groupby('arm')[['pretrain_seed', 'seed']].nunique() == 3).all().all()
+    assert test.groupby('arm')['n_eval'].nunique().eq(1).all() and test['n_eval'].nunique() == 1    # the same items in every arm
+    info = json.loads((ROOT/'nbs'/'data'/'experiments'/folder/'run.json').read_text())
+    assert 0 < info['minutes'] <= 60 and info['design']
+    seeded = compare_seeded(arms, orderings)
+    num = lambda x: f"{x:+.3f}".replace('-', '−')
+    for notebook_name in (notebook, 'results'):
+        nb = json.loads((ROOT/'nbs'/'experiments'/f'{notebook_name}.ipynb').read_text())
+        shown = ''.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code'
+                        for o in c.get('outputs', []))
+        for r in seeded.itertuples():
+            line = f"| {r.claim} | {num(r.difference)} | ({num(r.lo)}, {num(r.hi)}) | ({num(r.t_lo)}, {num(r.t_hi)}) | {r.verdict} | {r.detectable:.3f} |"
+            assert line in shown, (notebook_name, line)
