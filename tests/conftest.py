@@ -122,7 +122,7 @@ def browser():
 
 
 # Worker seconds of each test file in a quiet run of the suite (2 workers, 2026-11-27; sums of --durations=0; cli,
-# sources and bench less what running some of their commands in the test's process then saved, measured alone). Two
+# sources and bench lowered by what running some of their commands in the test's process saved afterwards). Two
 # workers take whole files (`--dist loadfile`) in collection order, so the suite puts the longest files first: a
 # long file started last would leave the other worker idle (the longest-first rule of scheduling). Files not listed
 # (new ones) come after these, in their usual order; the figures only need to rank the files, not be exact.
