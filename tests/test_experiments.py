@@ -145,7 +145,10 @@ SEEDED = {   # the experiments over pre-training seeds: (folder, the notebook st
     'interventions-seeds-cpu': ('interventions', [('original', 'reversed'), ('reversed', 'clean'), ('original', 'shuffled'),
                                                   ('shuffled', 'clean embeddings'), ('shuffled', 'clean'),
                                                   ('original', 'clean embeddings'), ('original', 'clean')]),
+    'objectives-seeds-cpu': ('objectives', [('electra', 'bert'), ('script', 'bert'), ('electra', 'none'), ('script', 'none')]),
 }
+ARMS = {'l1-seeds-cpu': ('l1', {900: 'english', 0: 'none'}), 'interventions-seeds-cpu': ('intervention', {900: 'original', 0: 'clean'}),
+        'objectives-seeds-cpu': ('arch', {900: 'bert', 0: 'none'})}   # each one's arm column, and its names for english-vs-none-cpu's arms
 
 
 def seeded_arms(folder):
@@ -153,8 +156,7 @@ def seeded_arms(folder):
     d = ROOT/'nbs'/'data'/'experiments'
     ev = pd.read_parquet(d/'english-vs-none-cpu'/'results.parquet')
     own = pd.read_parquet(d/folder/'results.parquet')
-    col = 'l1' if folder == 'l1-seeds-cpu' else 'intervention'
-    names = {900: 'english', 0: 'none'} if col == 'l1' else {900: 'original', 0: 'clean'}
+    col, names = ARMS[folder]
     return pd.concat([ev.assign(arm=ev.step.map(names)), own.rename(columns={col: 'arm'})], ignore_index=True)
 
 
