@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_scoring.ipynb #589f4ae8
 from __future__ import annotations
-import json, os
+import functools, json, os
 from pathlib import Path
 
 import numpy as np
@@ -146,13 +146,17 @@ class _LastLayerAt:
     """`with _LastLayerAt(model) as last:` the last encoder layer of a BERT-family masked LM computes its output at one
     position per row only, `last.pos`: keys and values at every position, the query, attention output and feed-forward
     there alone, so `model.base_model(...)` returns `[rows, 1, hidden]`. Another model runs unchanged (`last.active` is
-    False). `last.pick(hidden)` is the hidden state at `pos` either way."""
+    False), and so does a layer that lacks one of the parts the trimmed forward uses (`PARTS`: a transformers release
+    that renames them makes scoring slower, not wrong). `last.pick(hidden)` is the hidden state at `pos` either way."""
     KINDS = ('BertLayer', 'RobertaLayer', 'RobertaPreLayerNormLayer', 'ElectraLayer')
+    PARTS = ('attention.self.query', 'attention.self.key', 'attention.self.value', 'attention.self.num_attention_heads',
+             'attention.self.attention_head_size', 'attention.self.scaling', 'attention.output', 'feed_forward_chunk', 'is_decoder')
     def __init__(self, model):
         layers = getattr(getattr(model.base_model, 'encoder', None), 'layer', None)
         self.layer = layers[-1] if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
-        self.active = (type(self.layer).__name__ in self.KINDS and not self.layer.is_decoder
-                       and model.config._attn_implementation in ('sdpa', 'eager'))
+        has = lambda path: functools.reduce(lambda o, a: getattr(o, a, None), path.split('.'), self.layer) is not None
+        self.active = (type(self.layer).__name__ in self.KINDS and all(map(has, self.PARTS)) and not self.layer.is_decoder
+                       and getattr(model.config, '_attn_implementation', None) in ('sdpa', 'eager'))
         self.pos = None
     def __enter__(self):
         if self.active: self.layer.forward = self.forward         # an instance attribute: the module's own forward is untouched
