@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_finetune.ipynb #d9840fc9
 from __future__ import annotations
-import copy, dataclasses, math, time
+import copy, dataclasses, json, math, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Sequence
@@ -30,8 +30,8 @@ from .timeline import Run
 __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FINETUNE', 'FinetuneConfig', 'lr_scale',
            'default_hparams', 'with_head', 'adopt_tokenizer', 'mlm_adapt', 'encode', 'predict', 'evaluate_split',
            'train_one', 'finetune', 'majority_baseline', 'transfer_table', 'transfer_chart', 'transfer_summary',
-           'compare_rows', 'transfer_interval_chart', 'compare_seeded', 'finetune_checkpoint', 'checkpoint_chart',
-           'finetune_run']
+           'compare_rows', 'transfer_interval_chart', 'compare_seeded', 'seeded_markdown', 'seeded_arms',
+           'finetune_checkpoint', 'checkpoint_chart', 'finetune_run']
 
 # %% ../nbs/11_finetune.ipynb #b8416dea
 PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): paper 000 Table 5; POS: paper 001
@@ -616,6 +616,10 @@ def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pr
         A, B = per.loc[a].unstack('seed'), per.loc[b].unstack('seed')
         if list(A.index) != list(B.index) or list(A.columns) != list(B.columns):
             raise NlEmbryoError(f"{a!r} and {b!r} do not share their seeds", "run every arm with the same pre-training and fine-tuning seeds")
+        if len(A) < 2:
+            raise NlEmbryoError(f"{a!r} and {b!r} have one pre-training seed ({A.index[0]}): no interval over pre-training seeds exists",
+                                "pre-train each arm with several seeds (nl-embryo pretrain --seeds 0,1,2), or compare over fine-tuning "
+                                "seeds of the one run with compare_rows and say that the finding is from one pre-training seed")
         mb = multi_bootstrap(A.to_numpy(), B.to_numpy(), paired=True, level=level, seed=seed)
         diffs = (A - B).mean(axis=1).to_numpy()
         _, t_lo, t_hi = t_interval(diffs, level)
@@ -624,6 +628,46 @@ def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pr
                         n_seeds=f"{len(A)} x {A.shape[1]}", verdict=v if v == verdict(t_lo, t_hi) else 'within noise',
                         detectable=detectable_difference(diffs, level=level)))
     return pd.DataFrame(out)
+
+# %% ../nbs/11_finetune.ipynb #9d8bf609
+def seeded_markdown(table: pd.DataFrame,   # the frame of `compare_seeded`
+                    first: str | None = None,  # a column of `table` to show before the claim (for example the paper)
+                   ) -> str:               # a Markdown table, one line per claim
+    "`compare_seeded`'s claims as a Markdown table: the difference, both intervals, the verdict and the smallest detectable difference."
+    num = lambda x: f"{x:+.3f}".replace('-', '−')
+    seeds = sorted({str(n).split(' x ')[0] for n in table['n_seeds']})
+    head = ([first] if first else []) + ['ordering', 'difference', 'multi-bootstrap interval', f"t interval ({'/'.join(seeds)} pre-training seeds)",
+                                         'verdict', 'smallest difference detectable (80% power)']
+    rows = [([str(getattr(r, first))] if first else [])
+            + [r.claim, num(r.difference), f"({num(r.lo)}, {num(r.hi)})", f"({num(r.t_lo)}, {num(r.t_hi)})", r.verdict, f"{r.detectable:.3f}"]
+            for r in table.itertuples()]
+    line = lambda cells: '| ' + ' | '.join(cells) + ' |'
+    return '\n'.join([line(head), '|' + '---|' * len(head)] + [line(r) for r in rows])
+
+# %% ../nbs/11_finetune.ipynb #210c9049
+def seeded_arms(folder,  # an experiment folder: `results.parquet`, and `run.json` whose `arms` names the arm column and the reused arms
+               ) -> pd.DataFrame:  # the rows of every arm, with an `arm` column: `compare_seeded`'s input
+    """The arms of a stored experiment over pre-training seeds. `run.json`'s `arms` gives `column`, the column of
+    `results.parquet` that names its arms, and `reference`: sibling experiment folders whose rows are arms too, each with
+    the column that tells them apart and the arm each of its values is, for example
+    `{"english-vs-none-cpu": {"column": "step", "names": {"900": "english", "0": "none"}}}` (the English run's step 900
+    and its untrained step 0). A reference's rows of other values are left out."""
+    folder = Path(folder)
+    for f in ('results.parquet', 'run.json'):
+        if not (folder/f).exists(): raise NlEmbryoError(f"{folder} has no {f}", "pass a folder that a seeded experiment's script wrote (results.parquet and run.json)")
+    spec = json.loads((folder/'run.json').read_text()).get('arms')
+    fix = 'add "arms": {"column": "<its arm column>", "reference": {"<folder>": {"column": "<column>", "names": {"<value>": "<arm>"}}}} to it'
+    if not spec or 'column' not in spec: raise NlEmbryoError(f"{folder/'run.json'} does not say which column names the arms", fix)
+    parts = []
+    for ref, how in [*spec.get('reference', {}).items(), (None, dict(column=spec['column']))]:
+        path = folder/'results.parquet' if ref is None else folder.parent/ref/'results.parquet'
+        if not path.exists(): raise NlEmbryoError(f"{path} is missing: {folder/'run.json'} reuses its arms", f"restore {path.parent} beside {folder}")
+        r = pd.read_parquet(path)
+        if not isinstance(how, dict) or how.get('column') not in r.columns:
+            raise NlEmbryoError(f"{folder/'run.json'} names no column of {path} for its arms (columns: {', '.join(r.columns)})", fix)
+        arm = r[how['column']].astype(str)
+        parts.append(r.assign(arm=arm if 'names' not in how else arm.map(how['names'])).dropna(subset=['arm']))
+    return pd.concat(parts, ignore_index=True)
 
 # %% ../nbs/11_finetune.ipynb #9cb3c436
 def finetune_checkpoint(model,                         # the checkpoint's model

@@ -139,25 +139,23 @@ def test_papermill_reads_every_parameter(nb):
     assert assigned and assigned == read, f"papermill misses {sorted(assigned - read)}"
 
 
-SEEDED = {   # the experiments over pre-training seeds: (folder, the notebook stating them, their orderings)
+SEEDED = {   # the experiments over pre-training seeds: (the notebook stating them, their orderings, their arms)
     'l1-seeds-cpu': ('l1_transfer', [('english', 'nested-zipf'), ('nested-zipf', 'random'), ('random', 'none'),
-                                     ('nested-zipf', 'none'), ('english', 'random')]),
+                                     ('nested-zipf', 'none'), ('english', 'random')], {'english', 'nested-zipf', 'random', 'none'}),
+    'l1-vocab-seeds-cpu': ('l1_transfer', [('nested-zipf', 'zipf'), ('zipf', 'none'), ('nested-zipf-5000', 'nested-zipf-50'),
+                                           ('nested-zipf-50 (substitute)', 'nested-zipf-50')],
+                           {'nested-zipf', 'zipf', 'nested-zipf-50', 'nested-zipf-50 (substitute)', 'nested-zipf-5000', 'none'}),
     'interventions-seeds-cpu': ('interventions', [('original', 'reversed'), ('reversed', 'clean'), ('original', 'shuffled'),
                                                   ('shuffled', 'clean embeddings'), ('shuffled', 'clean'),
-                                                  ('original', 'clean embeddings'), ('original', 'clean')]),
-    'objectives-seeds-cpu': ('objectives', [('electra', 'bert'), ('script', 'bert'), ('electra', 'none'), ('script', 'none')]),
+                                                  ('original', 'clean embeddings'), ('original', 'clean')],
+                                {'original', 'reversed', 'shuffled', 'clean embeddings', 'clean'}),
+    'interventions-init-seeds-cpu': ('interventions', [('oracle', 'clean'), ('oracle', 'rescaled (variance)'), ('oracle', 'rescaled (magnitude)'),
+                                                       ('last half removed', 'clean'), ('original', 'last half removed')],
+                                     {'original', 'oracle', 'rescaled (variance)', 'rescaled (magnitude)', 'last half removed', 'clean'}),
+    'objectives-seeds-cpu': ('objectives', [('electra', 'bert'), ('ale', 'bert'), ('script', 'bert'), ('electra', 'ale'),
+                                            ('electra', 'none'), ('ale', 'none'), ('script', 'none')],
+                             {'bert', 'electra', 'ale', 'script', 'none'}),
 }
-ARMS = {'l1-seeds-cpu': ('l1', {900: 'english', 0: 'none'}), 'interventions-seeds-cpu': ('intervention', {900: 'original', 0: 'clean'}),
-        'objectives-seeds-cpu': ('arch', {900: 'bert', 0: 'none'})}   # each one's arm column, and its names for english-vs-none-cpu's arms
-
-
-def seeded_arms(folder):
-    "The arms of a stored experiment over pre-training seeds: its own rows, with english-vs-none-cpu's two arms named as it names them."
-    d = ROOT/'nbs'/'data'/'experiments'
-    ev = pd.read_parquet(d/'english-vs-none-cpu'/'results.parquet')
-    own = pd.read_parquet(d/folder/'results.parquet')
-    col, names = ARMS[folder]
-    return pd.concat([ev.assign(arm=ev.step.map(names)), own.rename(columns={col: 'arm'})], ignore_index=True)
 
 
 @pytest.mark.parametrize('folder', sorted(SEEDED))
@@ -166,9 +164,10 @@ def test_seeded_experiments_are_stated_as_their_data_say(folder):
     test items, every ordering's line in the notebook and in results.ipynb is what `compare_seeded` computes from the
     stored per-seed results, and its run record gives the time it took."""
     import json
-    from nl_embryo.finetune import compare_seeded
-    notebook, orderings = SEEDED[folder]
-    arms = seeded_arms(folder)
+    from nl_embryo.finetune import compare_seeded, seeded_arms
+    notebook, orderings, names = SEEDED[folder]
+    arms = seeded_arms(ROOT/'nbs'/'data'/'experiments'/folder)      # as run.json names them: its own and the reused arms
+    assert set(arms['arm']) == names
     test = arms[(arms.split == 'test') & arms.primary]
     assert (test.groupby('arm')[['pretrain_seed', 'seed']].nunique() == 3).all().all()
     assert test.groupby('arm')['n_eval'].nunique().eq(1).all() and test['n_eval'].nunique() == 1    # the same items in every arm

@@ -1,10 +1,9 @@
-"""Papers 001 and 004's objectives at equal training FLOPs over 3 pre-training seeds at a CPU size: ELECTRA and SCRIPT
-(ALE is not run: see run.json) pre-trained with the demo's recipe (demo_config: tiny2, sinusoidal positions, batch
-32 x 64, English), pre-training seeds 0, 1, 2, each for the steps that spend the training FLOPs of the demo BERT's 900
+"""Papers 001 and 004's objectives at equal training FLOPs over 3 pre-training seeds at a CPU size: ELECTRA, SCRIPT
+and ALE pre-trained with the demo's recipe (demo_config: tiny2, sinusoidal positions, batch 32 x 64, English), pre-training seeds 0, 1, 2, each for the steps that spend the training FLOPs of the demo BERT's 900
 steps (models.steps_for_equal_flops, analytic convention, at the recipe's masking rate). Each last checkpoint (the
 discriminator of a pair) is fine-tuned on brown-pos with fine-tuning seeds 0, 1, 2 (max_train 2000, max_eval 500,
 default hyperparameters): the same call, data and seeds as english-vs-none-cpu, whose BERT (step 900) and
-no-pre-training (step 0) rows are the other arms."""
+no-pre-training (step 0) rows are the other arms. A rerun keeps the runs already in results.parquet and pretrain.csv."""
 import sys, time, json
 from pathlib import Path
 import pandas as pd
@@ -22,7 +21,7 @@ vocab = 8000 if ref_cfg.vocab_size is None else ref_cfg.vocab_size
 with quiet_transformers():
     ref = build_model('bert', ref_cfg.preset, vocab_size=vocab, max_position=ref_cfg.block_size)
     steps = {a: max(1, steps_for_equal_flops(build_model(a, ref_cfg.preset, vocab_size=vocab, max_position=ref_cfg.block_size), ref,
-                                             ref_cfg.steps, ref_cfg.block_size, masked_fraction=masked)) for a in ('electra', 'script')}
+                                             ref_cfg.steps, ref_cfg.block_size, masked_fraction=masked)) for a in ('electra', 'script', 'ale')}
 print(f"steps at the BERT's {ref_cfg.steps}-step budget (masking {masked}): {steps}", flush=True)
 rows, runs = [], []
 if (root/'results.parquet').exists():        # a rerun keeps what an interrupted run fine-tuned
