@@ -139,21 +139,26 @@ def test_papermill_reads_every_parameter(nb):
     assert assigned and assigned == read, f"papermill misses {sorted(assigned - read)}"
 
 
-SEEDED = {   # the experiments over pre-training seeds: (the notebook stating them, their orderings, their arms)
-    'l1-seeds-cpu': ('l1_transfer', [('english', 'nested-zipf'), ('nested-zipf', 'random'), ('random', 'none'),
-                                     ('nested-zipf', 'none'), ('english', 'random')], {'english', 'nested-zipf', 'random', 'none'}),
-    'l1-vocab-seeds-cpu': ('l1_transfer', [('nested-zipf', 'zipf'), ('zipf', 'none'), ('nested-zipf-5000', 'nested-zipf-50'),
-                                           ('nested-zipf-50 (substitute)', 'nested-zipf-50')],
+SEEDED = {   # the experiments over pre-training seeds: {the notebook stating them: their orderings}, and their arms
+    'l1-seeds-cpu': ({'l1_transfer': [('english', 'nested-zipf'), ('nested-zipf', 'random'), ('random', 'none'),
+                                      ('nested-zipf', 'none'), ('english', 'random')]}, {'english', 'nested-zipf', 'random', 'none'}),
+    'l1-vocab-seeds-cpu': ({'l1_transfer': [('nested-zipf', 'zipf'), ('zipf', 'none'), ('nested-zipf-5000', 'nested-zipf-50'),
+                                            ('nested-zipf-50 (substitute)', 'nested-zipf-50')]},
                            {'nested-zipf', 'zipf', 'nested-zipf-50', 'nested-zipf-50 (substitute)', 'nested-zipf-5000', 'none'}),
-    'interventions-seeds-cpu': ('interventions', [('original', 'reversed'), ('reversed', 'clean'), ('original', 'shuffled'),
-                                                  ('shuffled', 'clean embeddings'), ('shuffled', 'clean'),
-                                                  ('original', 'clean embeddings'), ('original', 'clean')],
+    'foreign-seeds-cpu': ({'l1_transfer': [('code (adapted)', 'code'), ('code', 'none'), ('english', 'code')],
+                           'interventions': [('talmud', 'none'), ('talmud, clean English embeddings', 'none'),
+                                             ('talmud + English embeddings', 'talmud, clean English embeddings'),
+                                             ('english', 'talmud, clean English embeddings')]},
+                          {'english', 'none', 'code', 'code (adapted)', 'talmud', 'talmud + English embeddings', 'talmud, clean English embeddings'}),
+    'interventions-seeds-cpu': ({'interventions': [('original', 'reversed'), ('reversed', 'clean'), ('original', 'shuffled'),
+                                                   ('shuffled', 'clean embeddings'), ('shuffled', 'clean'),
+                                                   ('original', 'clean embeddings'), ('original', 'clean')]},
                                 {'original', 'reversed', 'shuffled', 'clean embeddings', 'clean'}),
-    'interventions-init-seeds-cpu': ('interventions', [('oracle', 'clean'), ('oracle', 'rescaled (variance)'), ('oracle', 'rescaled (magnitude)'),
-                                                       ('last half removed', 'clean'), ('original', 'last half removed')],
+    'interventions-init-seeds-cpu': ({'interventions': [('oracle', 'clean'), ('oracle', 'rescaled (variance)'), ('oracle', 'rescaled (magnitude)'),
+                                                        ('last half removed', 'clean'), ('original', 'last half removed')]},
                                      {'original', 'oracle', 'rescaled (variance)', 'rescaled (magnitude)', 'last half removed', 'clean'}),
-    'objectives-seeds-cpu': ('objectives', [('electra', 'bert'), ('ale', 'bert'), ('script', 'bert'), ('electra', 'ale'),
-                                            ('electra', 'none'), ('ale', 'none'), ('script', 'none')],
+    'objectives-seeds-cpu': ({'objectives': [('electra', 'bert'), ('ale', 'bert'), ('script', 'bert'), ('electra', 'ale'),
+                                             ('electra', 'none'), ('ale', 'none'), ('script', 'none')]},
                              {'bert', 'electra', 'ale', 'script', 'none'}),
 }
 
@@ -165,7 +170,7 @@ def test_seeded_experiments_are_stated_as_their_data_say(folder):
     stored per-seed results, and its run record gives the time it took."""
     import json
     from nl_embryo.finetune import compare_seeded, seeded_arms
-    notebook, orderings, names = SEEDED[folder]
+    stated, names = SEEDED[folder]
     arms = seeded_arms(ROOT/'nbs'/'data'/'experiments'/folder)      # as run.json names them: its own and the reused arms
     assert set(arms['arm']) == names
     test = arms[(arms.split == 'test') & arms.primary]
@@ -173,12 +178,13 @@ def test_seeded_experiments_are_stated_as_their_data_say(folder):
     assert test.groupby('arm')['n_eval'].nunique().eq(1).all() and test['n_eval'].nunique() == 1    # the same items in every arm
     info = json.loads((ROOT/'nbs'/'data'/'experiments'/folder/'run.json').read_text())
     assert 0 < info['minutes'] <= 60 and info['design']
-    seeded = compare_seeded(arms, orderings)
     num = lambda x: f"{x:+.3f}".replace('-', '−')
-    for notebook_name in (notebook, 'results'):
-        nb = json.loads((ROOT/'nbs'/'experiments'/f'{notebook_name}.ipynb').read_text())
-        shown = ''.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code'
-                        for o in c.get('outputs', []))
-        for r in seeded.itertuples():
-            line = f"| {r.claim} | {num(r.difference)} | ({num(r.lo)}, {num(r.hi)}) | ({num(r.t_lo)}, {num(r.t_hi)}) | {r.verdict} | {r.detectable:.3f} |"
-            assert line in shown, (notebook_name, line)
+    for notebook, orderings in stated.items():
+        seeded = compare_seeded(arms, orderings)
+        for notebook_name in (notebook, 'results'):
+            nb = json.loads((ROOT/'nbs'/'experiments'/f'{notebook_name}.ipynb').read_text())
+            shown = ''.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code'
+                            for o in c.get('outputs', []))
+            for r in seeded.itertuples():
+                line = f"| {r.claim} | {num(r.difference)} | ({num(r.lo)}, {num(r.hi)}) | ({num(r.t_lo)}, {num(r.t_hi)}) | {r.verdict} | {r.detectable:.3f} |"
+                assert line in shown, (notebook_name, line)
