@@ -25,7 +25,7 @@ Then three more measurements, timed the same way:
 
     python bench/pretrain_throughput.py [--presets tiny,small] [--precisions bf16,fp32] [--rounds 6] [--threads auto]
                                         [--batch-size 32] [--block-size 128] [--objectives electra,script]
-                                        [--roofline-presets tiny,small,base]
+                                        [--roofline-presets tiny,small,base] [--compile]
 
 On a GPU the same script times bf16 and prints the model FLOPs utilisation (MFU) against the GPU's dense bf16 peak.
 """
@@ -51,7 +51,7 @@ def our_loop(spec):
     with tempfile.TemporaryDirectory() as d:
         pretrain(PretrainConfig(out=str(Path(d)/'run'), arch=spec['arch'], preset=spec['preset'], corpus='english', steps=100_000,
                                 batch_size=spec['batch'], block_size=block, checkpoints='0', eval_batches=1, mask_prob=0.15,
-                                precision=spec['precision']), quiet=True, on_step=hook)
+                                precision=spec['precision'], compile=spec.get('compile', False)), quiet=True, on_step=hook)
 
 
 def trainer_loop(spec):
@@ -121,6 +121,7 @@ def main():
     ap.add_argument('--batch-size', type=int, default=32); ap.add_argument('--block-size', type=int, default=128)
     ap.add_argument('--objectives', default='electra,script', help='also time these against MLM (tiny preset); empty: skip')
     ap.add_argument('--roofline-presets', default='tiny,small,base', help='presets whose loop is put against the matmul peak; empty: skip')
+    ap.add_argument('--compile', action='store_true', help="time nl_embryo's loop with torch.compile (PretrainConfig(compile=True))")
     ap.add_argument('--save', help='also write the figures as JSON to this file')
     ap.add_argument('--worker', help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -161,16 +162,16 @@ def main():
             print(f"  {name:26s} {rate / 1e12:7.3f} TFLOP/s  ({describe(t, name, 's/product')})")
         print(f"  peak: " + ', '.join(f"{p} {v / 1e12:.3f} TFLOP/s" for p, v in peak.items()), flush=True)
         out['peak_tflops'] = {p: v / 1e12 for p, v in peak.items()}
-        if dev == 'cuda':
-            spec_peak = next((v for k, v in GPU_PEAK_BF16.items() if k in torch.cuda.get_device_name()), None)
-            if spec_peak: print(f"  data-sheet dense bf16 peak of this GPU: {spec_peak / 1e12:.0f} TFLOP/s"); peak['bf16 (data sheet)'] = spec_peak
+    if dev == 'cuda':
+        spec_peak = next((v for k, v in GPU_PEAK_BF16.items() if k in torch.cuda.get_device_name()), None)
+        if spec_peak: print(f"  data-sheet dense bf16 peak of this GPU: {spec_peak / 1e12:.0f} TFLOP/s"); peak['bf16 (data sheet)'] = spec_peak
 
     for preset in dict.fromkeys([p for p in a.presets.split(',') if p] + roof):
         for prec in precisions:
             vs_trainer = preset in a.presets.split(',')
-            loops = {'ours': argv(dict(loop='ours', preset=preset, arch='bert', precision=prec, **common))}
+            loops = {'ours': argv(dict(loop='ours', preset=preset, arch='bert', precision=prec, compile=a.compile, **common))}
             if vs_trainer: loops['trainer'] = argv(dict(loop='trainer', preset=preset, precision=prec, **common))
-            print(f"\nbert {preset} {prec}:", flush=True)
+            print(f"\nbert {preset} {prec}{' (ours with torch.compile)' if a.compile else ''}:", flush=True)
             t = interleave(loops, **opts)
             for name in loops: print(f"  {describe(t, name)}")
             s = t.stats('ours')
