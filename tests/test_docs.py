@@ -291,6 +291,19 @@ def test_notebooks_are_light_and_carry_no_widget_state():
         assert nb_path.stat().st_size < limit, f"{nb_path.relative_to(ROOT)}: {nb_path.stat().st_size:,} bytes (limit {limit:,})"
 
 
+def test_chart_outputs_name_their_data_sources_as_text():
+    """nbdev's docs processor splits every value keyed `source` as text: a stored Vega spec whose data entry names its
+    source as a list (as Vega's compiler writes some) stops the chapter's page. Such a list of one name is stored as the name."""
+    import json
+    bad = []
+    for nb_path in sorted((ROOT/'nbs').rglob('*.ipynb')):
+        for cell in json.loads(nb_path.read_text())['cells']:
+            for out in cell.get('outputs', []):
+                for d in (out.get('data', {}).get('application/vnd.vega.v5+json') or {}).get('data', []):
+                    if 'source' in d and not isinstance(d['source'], str): bad.append(f"{nb_path.relative_to(ROOT)} cell {cell.get('id')}")
+    assert not bad, f"Vega data sources stored as lists (store the single name as text): {sorted(set(bad))}"
+
+
 def test_live_chart_outputs_to_svg(tmp_path):
     """What the `nl_embryo` renderer shows in a notebook (a Vega 5 spec for JupyterLab's own Vega) goes through nbdev's
     processing (execnb's reader takes any key named `source` for text) and becomes a static SVG on the docs pages."""
