@@ -4,7 +4,7 @@
 
 # %% ../nbs/04b_charts.ipynb #98af8362
 from __future__ import annotations
-import base64, hashlib, io, json, struct
+import base64, hashlib, io, json, struct, zlib
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +13,11 @@ import pandas as pd
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text
 
 # %% auto #0
-__all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'VEGA_MIME',
+__all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'PNG_KEY', 'VEGA_MIME',
            'EMBED_OPTIONS', 'step_scale', 'step_ticks', 'step_label', 'step_axis', 'step_slider', 'step_marks',
            'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines', 'baseline_rules',
-           'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img', 'chart_png', 'save_chart',
-           'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
+           'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img', 'chart_png', 'chart_key',
+           'with_png_key', 'png_key', 'save_chart', 'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
 STEP_SCALES = ('linear', 'point', 'symlog')
@@ -275,6 +275,40 @@ def chart_png(chart,               # an Altair chart
     from IPython.display import Image
     return Image(data=compact_png(chart, scale), format='png')
 
+# %% ../nbs/04b_charts.ipynb #775716d8
+PNG_KEY = 'nl_embryo-chart'   # the PNG text chunk's keyword that holds the chart's `chart_key`
+
+def chart_key(spec: dict,     # the chart's Vega-Lite spec (`chart.to_dict()`)
+              scale: float,   # the PNG's pixels per chart pixel
+             ) -> str:        # 32 hex digits
+    "What a chart's PNG depends on: its spec, the scale and the renderer's version, hashed."
+    import vl_convert as vlc
+    blob = json.dumps([spec, scale, vlc.__version__], sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+def with_png_key(png: bytes,  # a PNG file's bytes
+                 key: str,    # a `chart_key`
+                ) -> bytes:   # the same PNG with the key in a text chunk
+    "`png` with a `tEXt` chunk holding `key` right after its header chunk."
+    data = PNG_KEY.encode() + b'\0' + key.encode()
+    chunk = struct.pack('>I', len(data)) + b'tEXt' + data + struct.pack('>I', zlib.crc32(b'tEXt' + data))
+    return png[:33] + chunk + png[33:]                       # 8-byte signature + 25-byte IHDR chunk
+
+def png_key(path,            # a file's path
+           ) -> str | None:  # the key it was saved with
+    "The `chart_key` a PNG file at `path` was saved with (None: no file, not a PNG, or saved without one)."
+    try: png = Path(path).read_bytes()
+    except OSError: return None
+    at = 8
+    while png[:8] == b'\x89PNG\r\n\x1a\n' and at + 8 <= len(png):
+        n, kind = struct.unpack('>I4s', png[at:at + 8])
+        if kind == b'IDAT': break
+        if kind == b'tEXt':
+            word, _, text = png[at + 8:at + 8 + n].partition(b'\0')
+            if word == PNG_KEY.encode(): return text.decode('latin-1')
+        at += 12 + n
+    return None
+
 # %% ../nbs/04b_charts.ipynb #bed60b44
 def save_chart(chart,                     # an Altair chart
                path,                      # the files' path without extension (the format is appended: `path.html`, ...)
@@ -283,7 +317,8 @@ def save_chart(chart,                     # an Altair chart
                shared_js: bool = True,    # the HTML loads the Vega JavaScript from one file beside it (`shared_js_bundle`); False: inlined, a self-contained page of ~0.9 MB
               ) -> dict[str, Path]:       # the written paths by format
     """Save `chart` as `path.html` (renders offline: with the Vega JavaScript in one shared file beside it, or inlined),
-    `path.png` (a 256-colour palette, `compact_png`) and/or `path.svg` (vl-convert), atomically; the written paths by format."""
+    `path.png` (a 256-colour palette, `compact_png`) and/or `path.svg` (vl-convert), atomically; the written paths by format.
+    A PNG already there that was drawn from the same spec at the same scale (`png_key`) is kept as it is."""
     import vl_convert as vlc
     path = Path(path); out = {}
     bad = set(formats) - set(CHART_FORMATS)
@@ -295,7 +330,9 @@ def save_chart(chart,                     # an Altair chart
         if f == 'html':
             html = chart.to_html(inline=True)
             atomic_write_text(p, shared_js_bundle(html, p.parent) if shared_js else html)
-        elif f == 'png': atomic_write_bytes(p, compact_png(chart, scale))
+        elif f == 'png':
+            key = chart_key(spec, scale)
+            if png_key(p) != key: atomic_write_bytes(p, with_png_key(compact_png(chart, scale), key))
         else: atomic_write_text(p, vlc.vegalite_to_svg(spec))
         out[f] = p
     return out
