@@ -2,7 +2,8 @@
 fix, and scores a real one: the shared `reference` run of conftest.py), and the benchmarks' timing harness
 (bench/interleave.py: interleaved worker processes, clean segments, checked ratios). Speed goals are checked by the bench
 scripts themselves; these tests check the harness's logic (which segments count, when a ratio is refused, how threads are
-chosen) with pure-Python workers whose cost ratio is known."""
+chosen) with pure-Python workers whose cost ratio is known; and that bench/precision.py's bf16-weights loop trains what the
+autocast loop trains (float32 master weights, the bf16 model their copy)."""
 import sys, textwrap
 from pathlib import Path
 
@@ -93,3 +94,29 @@ def test_a_failing_worker_is_named_with_its_output(tmp_path):
     f = tmp_path/'bad.py'; f.write_text("raise ValueError('no corpus here')")
     with pytest.raises(SystemExit, match=r"(?s)the bad worker stopped \(exit code 1\).*no corpus here"):
         il.interleave({'bad': [sys.executable, str(f)]}, rounds=1, threads=1, quiet=True)
+
+
+def test_bf16_weights_loop_keeps_master_weights_and_its_copy_in_step(one_torch_thread, monkeypatch):
+    # bench/precision.py --weights: both loops train (finite loss, moved weights); the bf16 loop's model is its float32
+    # master weights cast down after every step, so the two compare the same training, not a broken one
+    import torch
+    import precision
+    for arm in ('autocast', 'bf16-weights'):
+        captured = {}
+        monkeypatch.setattr(precision, 'serve', lambda unit, warmup=1, **extra: captured.update(unit=unit, **extra))
+        precision.weights_loop(dict(preset='mini', batch=4, block=32, weights=arm))
+        unit = captured['unit']; cells = unit_closure(unit)
+        model, master = cells['model'], cells['master']
+        before = [m.detach().clone() for m in master]
+        unit(); unit()
+        assert all(m.dtype == torch.float32 for m in master) and captured['flops'] > 0
+        assert any(not torch.equal(a, m) for a, m in zip(before, master))                   # the optimizer stepped
+        dtypes = {p.dtype for p in model.parameters()}
+        assert dtypes == ({torch.bfloat16} if arm == 'bf16-weights' else {torch.float32}), (arm, dtypes)
+        if arm == 'bf16-weights':
+            assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master))
+
+
+def unit_closure(fn) -> dict:
+    "The variables a closure `fn` reads from its enclosing function, by name."
+    return {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__ or ())}
