@@ -7,18 +7,19 @@ the harness of `interleave.py` (25th percentile of the step times over segments 
 cores free; a ratio only when the per-round ratios agree). What bf16 does to the loss is measured by full runs (the
 pretrain chapter's precision section), not here.
 
-`--weights` asks what a bf16 copy of the weights would gain over autocast (the loop keeps float32 weights, and autocast
-casts each of them to bf16 at every use and every weight gradient back): two minimal loops of one step each (nl_embryo's
+`--weights` asks what a bf16 copy of the weights would gain over autocast (the loop keeps float32 weights: autocast casts
+each to bf16 in every forward, and each weight's gradient comes back through that cast): two minimal loops of one step each (nl_embryo's
 MLM objective, the eager attention the loop uses on a CPU, gradient clipping at 1.0, fused AdamW), on the same model,
 data and masks. `autocast` keeps float32 weights under bf16 autocast, as the loop does; `bf16-weights` runs a bf16 model
 without autocast and keeps float32 master weights for the optimizer (the gradients cast up, the step taken in float32,
-the weights copied back down), as mixed-precision trainers without autocast do. The loss scores the same; the
-numerics differ (norms, softmax and the residual stream in bf16), which is why this is a measurement, not the loop.
+the weights copied back down), as mixed-precision trainers without autocast do. Both train the same model on the same
+batches; the numerics differ (norms, softmax and the residual stream in bf16), which is why this is a measurement and
+not an option of the loop. `--profile-steps N` then profiles N steps of each (in this process, not interleaved).
 
     python bench/precision.py [--presets mini,tiny,small] [--rounds 6] [--threads auto] [--batch-size 32] [--block-size 64]
-    python bench/precision.py --weights --presets small --block-size 128 [--save weights.json]
+    python bench/precision.py --weights --presets small --block-size 128 [--profile-steps 4] [--save weights.json]
 """
-import argparse, json, sys, time
+import argparse, json, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -126,7 +127,6 @@ def compare_weights(a):
               + (f"bf16 weights at {r:.2f}x the speed of autocast ({line})" if r else line), flush=True)
         prof = {}
         if a.profile_steps:
-            import torch
             torch.set_num_threads(t.threads)
             prof = {w: profile_weights(dict(spec, weights=w), a.profile_steps) for w in arms}
             groups = sorted(prof['autocast'], key=lambda g: -prof['autocast'][g])
