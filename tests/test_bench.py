@@ -2,8 +2,9 @@
 fix, and scores a real one: the shared `reference` run of conftest.py), and the benchmarks' timing harness
 (bench/interleave.py: interleaved worker processes, clean segments, checked ratios). Speed goals are checked by the bench
 scripts themselves; these tests check the harness's logic (which segments count, when a ratio is refused, how threads are
-chosen) with pure-Python workers whose cost ratio is known; and that bench/precision.py's bf16-weights loop trains what the
-autocast loop trains (float32 master weights, the bf16 model their copy)."""
+chosen) with pure-Python workers whose cost ratio is known; that bench/precision.py's bf16-weights loop trains what the
+autocast loop trains (float32 master weights, the bf16 model their copy); and that bench/step_traffic.py counts known
+operators' FLOPs and bytes right and carries a step's count to a larger batch as a direct count finds it."""
 import sys, textwrap
 from pathlib import Path
 
@@ -120,3 +121,41 @@ def test_bf16_weights_loop_keeps_master_weights_and_its_copy_in_step(one_torch_t
 def unit_closure(fn) -> dict:
     "The variables a closure `fn` reads from its enclosing function, by name."
     return {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__ or ())}
+
+
+def test_traffic_counts_the_flops_and_bytes_of_known_operators():
+    # bench/step_traffic.py's counter on operators whose work is known by hand: a product (FLOPs and its three matrices),
+    # a view (nothing moves), an in-place addition (its target read and written), a broadcast (the small operand's storage,
+    # not its expanded size), a copy (the target written, not read) and the fused attention (the GPU formula's FLOPs)
+    import torch, torch.nn.functional as F
+    from step_traffic import Traffic
+    a, b = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(32, 16, dtype=torch.bfloat16)
+    x, y, v = torch.randn(100, 16), torch.randn(100, 16), torch.randn(16)
+    q = torch.randn(1, 2, 8, 4)
+    with Traffic() as t:
+        a @ b; x.t(); x.add_(y); x + v; torch.empty(100, 16).copy_(y); F.scaled_dot_product_attention(q, q, q)
+    by = {r['op']: r for r in t.ops}
+    assert by['aten.mm']['flops'] == 2 * 64 * 32 * 16 and by['aten.mm']['bytes'] == (64 * 32 + 32 * 16 + 64 * 16) * 2
+    assert by['aten.t']['bytes'] == 0 and by['aten.t']['flops'] == 0
+    assert by['aten.add_']['bytes'] == 3 * 100 * 16 * 4
+    assert by['aten.add']['bytes'] == (2 * 100 * 16 + 16) * 4
+    assert by['aten.copy_']['bytes'] == 2 * 100 * 16 * 4
+    att = next(r for r in t.ops if 'attention' in r['op'])
+    assert att['flops'] == 4 * 1 * 2 * 8 * 8 * 4, att
+
+
+def test_a_counted_step_extrapolates_to_a_direct_count_and_leaves_the_loop_as_it_was():
+    # the step's operators counted at batches 2 and 4, carried to batch 8, against a count at batch 8 (the masked positions
+    # differ from batch to batch, so the match is close, not exact); the counted step runs the fused attention a GPU gets,
+    # and afterwards the loop chooses its own attention again
+    import pandas as pd
+    import nl_embryo.pretrain as P
+    from step_traffic import count_step, extrapolate
+    one, two, four = (count_step('tiny', n, 64) for n in (2, 4, 8))
+    carried, direct = extrapolate(one, two, 2, 4, 8), pd.DataFrame(four)
+    for k in ('flops', 'bytes'): assert carried[k].sum() == pytest.approx(direct[k].sum(), rel=0.02), k
+    assert carried['flops'].sum() > 1.5 * pd.DataFrame(two)['flops'].sum()                  # it grew with the batch
+    assert any('scaled_dot_product' in r['op'] for r in four) and not any(r['op'] == 'aten._softmax' for r in four)
+    assert any(r['op'] == 'aten._fused_adamw_' for r in four)                                 # the optimizer's step is in it
+    assert P.training_attention('cpu', True) == 'eager'
+    with pytest.raises(SystemExit, match='ran different operators'): extrapolate(one, one[:-1], 2, 4, 8)
