@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.profiler import profile, schedule, ProfilerActivity
+from torch.autograd import DeviceType
 
 GROUPS = [   # (group, operator-name pattern); the first match wins; 'head' and 'attention products' are found by shape first
     ('softmax', r'softmax'), ('norms', r'layer_norm'), ('activations', r'gelu|silu|tanh'),
@@ -54,10 +55,12 @@ def main():
                                       block_size=a.block_size, checkpoints='0', eval_batches=1, mask_prob=0.15, precision=a.precision),
                        quiet=True, on_step=hook)
         vocab = build_model('bert', a.preset, device='meta').config.vocab_size
+    # an operator's self device time: the kernels it launched itself (not through the operators it called)
     device_us = lambda e: getattr(e, 'self_device_time_total', None) or getattr(e, 'self_cuda_time_total', 0)
     rows = [dict(group=group_of(e.key, e.input_shapes, vocab), ms=e.self_cpu_time_total / 1e3 / a.active,
                  **(dict(device_ms=device_us(e) / 1e3 / a.active) if cuda else {}))
-            for e in prof.key_averages(group_by_input_shape=True)]
+            for e in prof.key_averages(group_by_input_shape=True)
+            if getattr(e, 'device_type', DeviceType.CPU) == DeviceType.CPU]       # operators: a kernel's own row would count it twice
     t = pd.DataFrame(rows).groupby('group', as_index=False).sum().sort_values('device_ms' if cuda else 'ms', ascending=False)
     t['share'] = t['ms'] / t['ms'].sum()
     if cuda: t['device_share'] = t['device_ms'] / t['device_ms'].sum()
