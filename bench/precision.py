@@ -8,13 +8,15 @@ cores free; a ratio only when the per-round ratios agree). What bf16 does to the
 pretrain chapter's precision section), not here.
 
 `--weights` asks what a bf16 copy of the weights would gain over autocast (the loop keeps float32 weights: autocast casts
-each to bf16 in every forward, and each weight's gradient comes back through that cast): two minimal loops of one step each (nl_embryo's
-MLM objective, the eager attention the loop uses on a CPU, gradient clipping at 1.0, fused AdamW), on the same model,
-data and masks. `autocast` keeps float32 weights under bf16 autocast, as the loop does; `bf16-weights` runs a bf16 model
-without autocast and keeps float32 master weights for the optimizer (the gradients cast up, the step taken in float32,
-the weights copied back down), as mixed-precision trainers without autocast do. Both train the same model on the same
-batches; the numerics differ (norms, softmax and the residual stream in bf16), which is why this is a measurement and
-not an option of the loop. `--profile-steps N` then profiles N steps of each (in this process, not interleaved).
+each to bf16 in every forward, and each weight's gradient comes back through that cast): two minimal loops of one step
+each (nl_embryo's MLM objective; the attention the loop uses in bf16, eager on a CPU and `sdpa` on a GPU; gradient
+clipping at 1.0, fused AdamW), on the same model, data and masks. `autocast` keeps float32 weights under bf16 autocast,
+as the loop does; `bf16-weights` runs a bf16 model without autocast and keeps float32 master weights for the optimizer
+(the gradients cast up, the step taken in float32, the weights copied back down), as mixed-precision trainers without
+autocast do. Both train the same model on the same batches; the numerics differ (norms, softmax and the residual stream
+in bf16), which is why this is a measurement and not an option of the loop. `--profile-steps N` then profiles N steps of
+each (in this process, not interleaved). On a GPU both run there, each step ending in a sync. `step_traffic.py
+--bf16-weights` counts the bytes the two move.
 
     python bench/precision.py [--presets mini,tiny,small] [--rounds 6] [--threads auto] [--batch-size 32] [--block-size 64]
     python bench/precision.py --weights --presets small --block-size 128 [--profile-steps 4] [--save weights.json]
@@ -35,21 +37,22 @@ def weights_step(spec):
     from nl_embryo.pretrain import PretrainConfig
     corpus = load_corpus('english', block_size=spec['block'], quiet=True)
     recipe = PretrainConfig(preset=spec['preset']).resolved()
+    dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     torch.manual_seed(0)
-    model = build_model('bert', spec['preset'], vocab_size=len(corpus.tokenizer()), max_position=spec['block'], norm=recipe.norm, dropout=recipe.dropout)
-    model.set_attn_implementation('eager'); model.train()
+    model = build_model('bert', spec['preset'], vocab_size=len(corpus.tokenizer()), max_position=spec['block'], norm=recipe.norm, dropout=recipe.dropout).to(dev)
+    model.set_attn_implementation(spec.get('attention') or ('eager' if dev.type == 'cpu' else 'sdpa')); model.train()   # the loop's choice in bf16
     params = list(model.parameters())
     pure = spec['weights'] == 'bf16-weights'
     master = [p.detach().float().clone().requires_grad_() for p in params] if pure else params
     if pure: model.to(torch.bfloat16)
     opt = torch.optim.AdamW(master, lr=1e-4, eps=1e-6, fused=True)
-    batches = torch.as_tensor(corpus.train[:spec['batch'] * 8].astype('int64')).view(8, spec['batch'], -1)
+    batches = torch.as_tensor(corpus.train[:spec['batch'] * 8].astype('int64')).view(8, spec['batch'], -1).to(dev)
     V = model.config.vocab_size
     state = dict(step=0)
     def unit():
         i = state['step']; state['step'] += 1
-        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=not pure):
-            out = mlm_objective(model, batches[i % 8], step_generator(0, i), V)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=not pure):
+            out = mlm_objective(model, batches[i % 8], step_generator(0, i, dev), V)
         out['loss'].backward()
         if pure:
             for p, m in zip(params, master): m.grad = p.grad.float(); p.grad = None
@@ -57,6 +60,7 @@ def weights_step(spec):
         opt.step(); opt.zero_grad(set_to_none=True)
         if pure:
             with torch.no_grad(): torch._foreach_copy_(params, master)
+        if dev.type == 'cuda': torch.cuda.synchronize()                                    # the step's kernels, not only their launch
     f = flops_per_token(model, spec['block'], masked_fraction=0.15)['total']
     return unit, 3 * f * spec['batch'] * spec['block']
 

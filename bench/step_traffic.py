@@ -104,6 +104,15 @@ def count_step(preset: str, batch: int, block: int, precision: str = 'bf16') -> 
     return mode.ops
 
 
+def count_weights_step(preset: str, batch: int, block: int, weights: str) -> list[dict]:
+    "The operators of one step of `precision.py`'s minimal loop (`weights`: 'autocast' or 'bf16-weights'), with `sdpa` attention."
+    from precision import weights_step
+    unit, _ = weights_step(dict(preset=preset, batch=batch, block=block, weights=weights, attention='sdpa'))
+    unit(); unit()
+    with Traffic() as mode: unit()
+    return mode.ops
+
+
 def extrapolate(a: list[dict], b: list[dict], ba: int, bb: int, to: int) -> pd.DataFrame:
     "Operators counted at batches `ba` and `bb`, matched in order, each one's FLOPs and bytes carried linearly to batch `to`."
     if [r['op'] for r in a] != [r['op'] for r in b]:
@@ -142,6 +151,7 @@ def main():
     ap.add_argument('--bandwidth', type=float, default=H100_BANDWIDTH, help='memory bytes/s (default: the H100 SXM data sheet)')
     ap.add_argument('--datasheet-peak', type=float, default=H100_PEAK, help='the dense bf16 FLOP/s the MFU is a fraction of (default: the H100 data sheet)')
     ap.add_argument('--measured', help='a measured step time in seconds, or a pretrain_throughput.py --save JSON')
+    ap.add_argument('--bf16-weights', action='store_true', help="also count precision.py's minimal loop with float32 weights under autocast and with bf16 weights (float32 master weights): what a bf16 residual stream would save")
     ap.add_argument('--save', help='write the table per group and operator (and the totals, as a JSON beside it) to this CSV file')
     a = ap.parse_args()
     from nl_embryo.models import build_model, flops_per_token
@@ -174,6 +184,15 @@ def main():
                   torch=torch.__version__)
     if measured:
         print(f"=> measured step {measured * 1e3:.1f} ms{f' ({source})' if source else ''}: the bound explains {least / measured:.0%} of it")
+    if a.bf16_weights:
+        totals['minimal'] = {}
+        for w in ('autocast', 'bf16-weights'):
+            m = extrapolate(count_weights_step(a.preset, ba, a.block_size, w), count_weights_step(a.preset, bb, a.block_size, w), ba, bb, a.batch_size)
+            mt = bound(m, peak, a.bandwidth, vocab); s = mt['least_s'].sum()
+            totals['minimal'][w] = dict(n_ops=len(m), tflop=m['flops'].sum() / 1e12, gb=m['bytes'].sum() / 1e9, least_s=s,
+                                        memory_bound_s=mt['memory_bound_s'].sum(), by_group=by_group(mt).set_index('group')['least_ms'].round(3).to_dict())
+            print(f"precision.py's minimal step, {w}: {len(m):,} operators, {m['bytes'].sum() / 1e9:.1f} GB moved, least step time {s * 1e3:.1f} ms "
+                  f"(memory-bound {mt['memory_bound_s'].sum() * 1e3:.1f} ms): at most {model_flops / s / 1e12:.0f} TFLOP/s, an MFU of {model_flops / s / a.datasheet_peak:.0%}")
     if a.save:
         t.to_csv(a.save, index=False); Path(a.save).with_suffix('.json').write_text(json.dumps(totals, indent=1))
 
