@@ -5,7 +5,8 @@ Same model (the preset's architecture as its recipe builds it: pre-LN or post-LN
 optimizer (AdamW) and precision (each of `--precisions`: `bf16` is autocast for both loops, and is measured only where
 the hardware computes bf16 natively; `fp32`). The Trainer gets `DataCollatorForLanguageModeling` (full logits) and the
 `transformers` default attention (`sdpa`); nl_embryo computes the MLM output layer only at the masked positions, with
-torch's fused AdamW and one host sync per step.
+torch's fused AdamW, and its host waits for the device twice a step: mid-forward, where the masked positions are
+gathered, and at the end, where the step's statistics are read in one transfer.
 
 How it is timed (`bench/interleave.py`): each loop runs in its own long-lived worker process, warmed up once, and the
 loops take turns in short segments (A B B A ...) for `--rounds` rounds. Around every segment the machine's CPU counters

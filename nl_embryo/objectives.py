@@ -128,12 +128,12 @@ def mlm_objective(model,               # a transformers `*ForMaskedLM` model
                   word_starts=None,    # `word_start_table(tokenizer)` for whole-word masking; None: token masking
                   split=MASK_SPLIT,    # fractions of the selected tokens that become [MASK] / a random token / stay
                   **kwargs,            # the other objectives' options, ignored
-                 ):                    # dict: `loss`, `mlm_loss`, `mlm_acc`, `n_masked`
+                 ):                    # dict: `loss`, `mlm_loss`, `mlm_acc`, `n_masked` (0-d tensors)
     "BERT masked-language-model loss at the selected positions."
     inputs, labels, sel = mask_tokens(ids, vocab_size, g, mask_prob, word_starts, split)
     logits = masked_lm_logits(model, inputs, sel)
     loss, acc = masked_ce(logits, ids[sel])
-    return dict(loss=loss, mlm_loss=loss.detach(), mlm_acc=acc, n_masked=int(sel.sum()))
+    return dict(loss=loss, mlm_loss=loss.detach(), mlm_acc=acc, n_masked=sel.sum())
 
 # %% ../nbs/04a_objectives.ipynb #fa5db74f
 def sample_replacements(logits: torch.Tensor,      # logits, (N, V)
@@ -185,7 +185,7 @@ def electra_objective(model,               # an `ElectraPair` (generator + discr
     rtd = F.binary_cross_entropy_with_logits(d_logits.float(), replaced)
     return dict(loss=mlm + rtd_weight * rtd, mlm_loss=mlm.detach(), rtd_loss=rtd.detach(), mlm_acc=acc,
                 rtd_acc=((d_logits > 0).float() == replaced).float().mean().detach(),
-                replaced_frac=replaced.mean().detach(), n_masked=int(sel.sum()))
+                replaced_frac=replaced.mean().detach(), n_masked=sel.sum())
 
 # %% ../nbs/04a_objectives.ipynb #9278e49f
 class _LinearLogSumExp(torch.autograd.Function):
@@ -256,21 +256,21 @@ def script_objective(model,               # a transformers `*ForMaskedLM` model 
     disc = F.binary_cross_entropy_with_logits(log_z, original)   # sigmoid(log Z) = Z / (Z + 1)
     return dict(loss=mlm + script_alpha * disc, mlm_loss=mlm.detach(), disc_loss=disc.detach(), mlm_acc=acc,
                 disc_acc=(((log_z > 0).float()) == original).float().mean().detach(),
-                replaced_frac=(1 - original).mean().detach(), n_masked=int(sel.sum()))
+                replaced_frac=(1 - original).mean().detach(), n_masked=sel.sum())
 
 # %% ../nbs/04a_objectives.ipynb #f626bf18
 def clm_objective(model,     # a transformers causal LM (`build_model('gpt-neox')`, `'gpt2'`, `'llama'`)
                   ids,       # a batch of token ids, (B, T)
                   g=None,    # the step's random generator: unused (the next-token loss draws nothing)
                   **kwargs,  # the other objectives' options, ignored
-                 ):          # dict: `loss`, `clm_loss`, `clm_acc`, `n_predicted`
+                 ):          # dict: `loss`, `clm_loss`, `clm_acc`, `n_predicted` (0-d tensors)
     """Next-token cross-entropy of a causal LM: every position predicts the token after it. Special tokens are never a
     target (as they are never masked), so the loss compares with the same unigram baseline as MLM's."""
     target = ids[:, 1:]
     keep = target >= N_SPECIAL
     hidden = model.base_model(input_ids=ids).last_hidden_state[:, :-1]
     loss, acc = masked_ce(lm_head(model)(hidden[keep]), target[keep])
-    return dict(loss=loss, clm_loss=loss.detach(), clm_acc=acc, n_predicted=int(keep.sum()))
+    return dict(loss=loss, clm_loss=loss.detach(), clm_acc=acc, n_predicted=keep.sum())
 
 # %% ../nbs/04a_objectives.ipynb #a140faeb
 OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective, 'clm': clm_objective}

@@ -462,7 +462,7 @@ def _evaluate(module, batches, seed, device, **override):
     with torch.no_grad():
         for i, b in enumerate(batches):
             out = forward(torch.from_numpy(b).to(device), step_generator(seed, -1 - i, device), **override)
-            vals = {k: v for k, v in out.items() if k != 'loss' and torch.is_tensor(v)}
+            vals = {k: v for k, v in out.items() if k != 'loss' and not k.startswith('n_') and torch.is_tensor(v)}   # counts are not statistics
             for k, v in zip(vals, torch.stack([v.float() for v in vals.values()]).tolist()): stats.setdefault(k, []).append(v)
     module.train()
     out = {f"eval_{k}": float(np.mean(v)) for k, v in stats.items()}
@@ -701,7 +701,7 @@ def _forward_backward(module, acc, train, rows, mb: int, step: int, cfg, device)
             loss = out['loss']
             acc.backward(loss / A)
         for k, v in out.items():                                        # summed as tensors: no host sync per statistic
-            if k != 'n_masked' and torch.is_tensor(v): stats[k] = stats.get(k, 0.0) + v.detach().float() / A
+            if not k.startswith('n_') and torch.is_tensor(v): stats[k] = stats.get(k, 0.0) + v.detach().float() / A   # n_masked, n_predicted: counts
     if cfg.max_grad_norm: gnorm = acc.clip_grad_norm_(module.parameters(), cfg.max_grad_norm)
     else: gnorm = torch.norm(torch.stack([p.grad.norm() for p in module.parameters() if p.grad is not None]))
     means = torch.stack(list(stats.values()))
