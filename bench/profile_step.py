@@ -7,7 +7,7 @@ MLM output layer (products whose shape has the vocabulary size), softmax, norms,
 (fused AdamW and zeroing the gradients), casts between precisions, and the rest (masking and data, the loss, element-wise
 arithmetic of the backward, ...). Prints milliseconds per step and the share of each, and next to it the step's
 matmul FLOPs by part from the FLOPs counter. On a GPU it also prints each group's kernel time and how long, per step,
-the GPU waited for the host (the step's wall time, from the loop's once-a-step sync, less the kernels' time); the
+the GPU waited for the host (the step's wall time, from the loop's end-of-step sync, less the kernels' time); the
 least time those kernels' own traffic allows is `step_traffic.py`'s.
 
     python bench/profile_step.py [--preset small] [--precision bf16] [--batch-size 32] [--block-size 128] [--save profile.csv]
@@ -48,7 +48,7 @@ def main():
     total = a.wait + 1 + a.active
     cuda = torch.cuda.is_available()
     stamps = []
-    def hook(row): stamps.append(time.perf_counter()); prof.step()          # the loop syncs once a step: the stamps are its ends
+    def hook(row): stamps.append(time.perf_counter()); prof.step()          # the loop syncs at the end of each step: the stamps are its ends
     with tempfile.TemporaryDirectory() as d, profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, record_shapes=True,
                                                      schedule=schedule(wait=a.wait, warmup=1, active=a.active)) as prof:
         run = pretrain(PretrainConfig(out=str(Path(d)/'run'), preset=a.preset, corpus='english', steps=total + 1, batch_size=a.batch_size,
