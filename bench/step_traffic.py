@@ -159,11 +159,17 @@ def main():
     if a.measured:
         try: measured = float(a.measured)
         except ValueError:
-            j = json.loads(Path(a.measured).read_text()); source = j.get('machine')
-            r = next(c for c in j['comparisons'] if c['preset'] == a.preset and c['precision'] == 'bf16'); measured = r['ours']['q25']
-            peak = peak or max(v['tflops'] for k, v in j['roofline'].items() if 'bf16' in k) * 1e12
+            try: j = json.loads(Path(a.measured).read_text())
+            except (OSError, ValueError) as e: raise SystemExit(f"--measured {a.measured}: neither seconds nor a readable JSON ({e}); pass e.g. 0.0726 or the file pretrain_throughput.py --save wrote")
+            source = j.get('machine')
+            r = next((c for c in j.get('comparisons', []) if c['preset'] == a.preset and c['precision'] == 'bf16'), None)
+            if r is None: raise SystemExit(f"--measured {a.measured} has no {a.preset} bf16 comparison: measure it with pretrain_throughput.py --presets {a.preset} --save, or pass seconds")
+            measured = r['ours']['q25']
+            peak = peak or max((v['tflops'] for k, v in j.get('roofline', {}).items() if 'bf16' in k), default=0) * 1e12 or None
     peak = peak or 716.8e12
-    ba, bb = map(int, a.count_batches.split(','))
+    try: ba, bb = map(int, a.count_batches.split(','))
+    except ValueError: raise SystemExit(f"--count-batches {a.count_batches!r}: give two batch sizes, e.g. 2,4")
+    if not 0 < ba < bb: raise SystemExit(f"--count-batches {a.count_batches}: give two different batch sizes above 0, the smaller first, e.g. 2,4")
     ops = extrapolate(count_step(a.preset, ba, a.block_size), count_step(a.preset, bb, a.block_size), ba, bb, a.batch_size)
     vocab = build_model('bert', a.preset, device='meta').config.vocab_size
     t = bound(ops, peak, a.bandwidth, vocab); g = by_group(t)

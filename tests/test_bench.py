@@ -159,3 +159,16 @@ def test_a_counted_step_extrapolates_to_a_direct_count_and_leaves_the_loop_as_it
     assert any(r['op'] == 'aten._fused_adamw_' for r in four)                                 # the optimizer's step is in it
     assert P.training_attention('cpu', True) == 'eager'
     with pytest.raises(SystemExit, match='ran different operators'): extrapolate(one, one[:-1], 2, 4, 8)
+
+
+def test_step_traffic_names_bad_arguments(monkeypatch, tmp_path):
+    # bench/step_traffic.py stops before counting anything, in one line that names the argument and the fix
+    import runpy
+    script = str(BENCH/'step_traffic.py')
+    (tmp_path/'other.json').write_text('{"comparisons": [{"preset": "base", "precision": "bf16", "ours": {"q25": 0.07}}]}')
+    for args, said in [(['--count-batches', '2'], 'give two batch sizes'), (['--count-batches', '4,2'], 'the smaller first'),
+                       (['--measured', str(tmp_path/'nope.json')], 'neither seconds nor a readable JSON'),
+                       (['--measured', str(tmp_path/'other.json'), '--preset', 'tiny'], 'has no tiny bf16 comparison')]:
+        monkeypatch.setattr(sys, 'argv', [script, *args])
+        with pytest.raises(SystemExit) as e: runpy.run_path(script, run_name='__main__')
+        assert isinstance(e.value.code, str) and said in e.value.code, (args, e.value.code)
