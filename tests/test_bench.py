@@ -42,16 +42,19 @@ def worker(tmp_path, n):
         def unit():
             x = 0
             for i in range({n}): x += i
-        serve(unit, flops={n})
+        serve(unit, warmup=3, flops={n})
     """))
     return [sys.executable, str(f)]
 
 
 def test_interleaved_workers_give_the_cost_ratio(tmp_path):
-    t = il.interleave({'a': worker(tmp_path, 100_000), 'b': worker(tmp_path, 300_000)}, rounds=4, segment_s=0.2, threads=1, quiet=True)
-    assert [s.loop for s in t.segments] == ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a']      # A B B A: neither always goes first
+    # 6 rounds of 0.4 s segments, and rounds may disagree by 2.5x: on 2 cores that may be one core's two hyperthreads, a
+    # neighbour on the other thread slows a pure-Python step up to twofold, and one such round of 4 short ones (0.2 s)
+    # pushed the spread to 2.01x once. The ratio itself (q25 over all clean segments) must still come out near 3.
+    t = il.interleave({'a': worker(tmp_path, 100_000), 'b': worker(tmp_path, 300_000)}, rounds=6, segment_s=0.4, threads=1, quiet=True)
+    assert [s.loop for s in t.segments] == ['a', 'b', 'b', 'a'] * 3      # A B B A: neither always goes first
     assert all(len(s.times) >= 3 for s in t.segments) and t.segments[0].extra == {'flops': 100_000}
-    r, line = il.ratio(t, 'b', 'a', max_disagreement=2.0)
+    r, line = il.ratio(t, 'b', 'a', max_disagreement=2.5)
     if r is None: pytest.fail(f"no ratio on an idle test worker pair: {line}")   # the CI machine runs one test at a time
     assert 2.0 < r < 4.5 and 'clean rounds' in line
     s = t.stats('a')
