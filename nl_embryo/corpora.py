@@ -20,9 +20,9 @@ from .data import load_python_stdlib, load_proteins
 __all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
            'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus',
            'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer', 'tokenizer_hash',
-           'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus', 'tokenizer_dir',
-           'get_tokenizer', 'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir', 'build_corpus',
-           'load_corpus', 'corpus_table']
+           'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus',
+           'register_repeated_corpus', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'corpus_sources',
+           'PackedCorpus', 'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -358,6 +358,31 @@ def register_text_corpus(name: str,                       # the corpus name
         own = TokenizerSpec(lambda: texts('train'), 'wordpiece', dict(lowercase=lowercase), tuple(dict.fromkeys(f for s in names for f in text_source(s).fetch)))
     return register_corpus(CorpusSpec(name, tokenizer, description, _split_source(texts), split_sources=names), own, replace)
 
+# %% ../nbs/02_corpora.ipynb #1ca920de
+def _repeated(source, share: float):
+    "A split source whose texts are `source`'s, each followed by itself with probability `share` (seeded per split)."
+    def repeated(n_tokens, seed, tokenizer, split=None):
+        texts = list(source(n_tokens, seed, tokenizer, split))
+        twice = np.random.default_rng([seed, 0 if split in (None, 'train') else 1]).random(len(texts)) < share
+        return [x for t, r in zip(texts, twice) for x in ((t, t) if r else (t,))]
+    return repeated
+
+def register_repeated_corpus(name: str,              # the new corpus's name
+                             base: str = 'english',  # a real-text corpus of `CORPORA` (one with split sources)
+                             share: float = 0.5,     # the share of its sentences that are repeated at once, in (0, 1]
+                             replace: bool = False,  # replace a corpus of the same name
+                            ) -> CorpusSpec:         # the corpus, as registered
+    "`base` with a seeded `share` of its sentences each followed by a copy of itself; `base`'s tokenizer and split."
+    if base not in CORPORA: raise NlEmbryoError(f"unknown corpus {base!r}", f"choose one of: {', '.join(CORPORA)}")
+    spec = CORPORA[base]
+    if not spec.split_sources:
+        raise NlEmbryoError(f"corpus {base!r} has no split sources: a repeated copy of one of its sequences could fall in the other split",
+                            "repeat a corpus of real text with registered splits, e.g. base='english'")
+    if not 0 < share <= 1: raise NlEmbryoError(f"share must lie in (0, 1], got {share}", "e.g. share=0.5: half the sentences are repeated")
+    return register_corpus(CorpusSpec(name, spec.tokenizer, f"{base}, {share:.0%} of its sentences each followed by itself at once",
+                                      _repeated(spec.source, share), split_sources=spec.split_sources, fetch=spec.fetch), replace=replace)
+
+
 # %% ../nbs/02_corpora.ipynb #47dc366d
 register_text_corpus('english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)', ('brown', 'sotu'), tokenizer='own')
 register_text_corpus('brown', 'Brown corpus sentences, train documents (English, 0.93M words, 15 genres)', 'brown')
@@ -365,6 +390,7 @@ register_text_corpus('sotu', 'State of the Union speeches 1790-2018, train docum
 register_text_corpus('turkish', 'Turkish UD treebank sentences, train documents (SOV word order; ~3,900 sentences)', 'turkish', tokenizer='own', lowercase=False)
 register_text_corpus('talmud', 'Babylonian and Jerusalem Talmuds, train tractates (Rabbinic Hebrew and Jewish Aramaic, ~2.2M words)', 'talmud',
                      tokenizer='own', lowercase=False)
+register_repeated_corpus('english-repeat', 'english', share=0.5)
 register_corpus(CorpusSpec('code', 'code', 'Python standard library source, comments removed', _text_source(_code), fetch=('code',)),
                 TokenizerSpec(_code, 'wordpiece', dict(lowercase=False), ('code',)))
 register_corpus(CorpusSpec('protein', 'protein', 'protein sequences, one letter per amino acid', _text_source(_protein), fetch=('protein-small',)),
@@ -379,6 +405,7 @@ for _spec in [
     CorpusSpec('nested-zipf-5000', 'english', 'nested stack language over only the first 5000 English ids (Zipf)', _artificial('stack', 5000), True),
     CorpusSpec('flat-zipf', 'english', 'flat (crossing) pairing control of nested-zipf', _artificial('stack', nested=False), True),
 ]: register_corpus(_spec)
+
 
 # %% ../nbs/02_corpora.ipynb #6413d270
 def _check_name(name, table, what):

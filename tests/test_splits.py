@@ -5,7 +5,7 @@ import pytest
 from nl_embryo.corpora import CORPORA
 from nl_embryo.splits import text_key, take_split, document_splits
 
-REAL = ('english', 'brown', 'sotu', 'turkish', 'talmud')
+REAL = ('english', 'brown', 'sotu', 'turkish', 'talmud', 'english-repeat')    # english-repeat: its copies stay in their split
 
 
 @pytest.fixture(scope='module')
