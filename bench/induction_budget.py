@@ -10,7 +10,7 @@ time: the run stops after the first checkpoint past it (its learning-rate schedu
 checkpoints written so far are scored. A GPU makes the longer budgets practical; on a CPU use a smaller `--steps`.
 
     python bench/induction_budget.py [--arch gpt-neox] [--preset tiny] [--corpus english] [--steps 4000] [--batch-size 64]
-                                     [--block-size 128] [--minutes M] [--save scores.csv] [--save-metrics metrics.jsonl]
+                                     [--block-size 128] [--seed 0] [--minutes M] [--save scores.csv] [--save-metrics metrics.jsonl]
 """
 import argparse, shutil, tempfile, time
 from pathlib import Path
@@ -26,7 +26,8 @@ class TimeUp(Exception):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--arch', default='gpt-neox'); ap.add_argument('--preset', default='tiny')
-    ap.add_argument('--corpus', default='english')
+    ap.add_argument('--corpus', default='english', help="a corpus of nl_embryo, e.g. english-repeat (half its sentences repeated at once)")
+    ap.add_argument('--seed', type=int, default=0, help='the pre-training seed (model, data order)')
     ap.add_argument('--steps', type=int, default=4000); ap.add_argument('--batch-size', type=int, default=64)
     ap.add_argument('--block-size', type=int, default=128); ap.add_argument('--checkpoints', default='log:512:500')
     ap.add_argument('--lr', type=float, default=None, help="peak learning rate (default: the preset's recipe)")
@@ -52,7 +53,7 @@ def main():
         stopped = None
         try:
             run = pretrain(PretrainConfig(out=str(out), arch=a.arch, preset=a.preset, corpus=a.corpus, steps=a.steps,
-                                          batch_size=a.batch_size, block_size=a.block_size, checkpoints=a.checkpoints,
+                                          batch_size=a.batch_size, block_size=a.block_size, checkpoints=a.checkpoints, seed=a.seed,
                                           eval_every=max(1, a.steps // 10), **extra), quiet=True, on_step=cap)
         except TimeUp as e: run, stopped = out, e.args[0]
         t_train = time.perf_counter() - t0

@@ -4,7 +4,8 @@ fix, and scores a real one: the shared `reference` run of conftest.py), and the 
 scripts themselves; these tests check the harness's logic (which segments count, when a ratio is refused, how threads are
 chosen) with pure-Python workers whose cost ratio is known; that bench/precision.py's bf16-weights loop trains what the
 autocast loop trains (float32 master weights, the bf16 model their copy); and that bench/step_traffic.py counts known
-operators' FLOPs and bytes right and carries a step's count to a larger batch as a direct count finds it."""
+operators' FLOPs and bytes right and carries a step's count to a larger batch as a direct count finds it; and that
+bench/copy_gain.py compares the same pieces of a sentence's two copies."""
 import sys, textwrap
 from pathlib import Path
 
@@ -175,3 +176,18 @@ def test_step_traffic_names_bad_arguments(monkeypatch, tmp_path):
         monkeypatch.setattr(sys, 'argv', [script, *args])
         with pytest.raises(SystemExit) as e: runpy.run_path(script, run_name='__main__')
         assert isinstance(e.value.code, str) and said in e.value.code, (args, e.value.code)
+
+
+def test_copy_gain_compares_the_same_pieces_of_the_two_copies():
+    "bench/copy_gain.py on a stand-in model that copies perfectly from the first copy: the second copy costs ~0 nats, the first log V."
+    import math, types, torch
+    import copy_gain as cg
+    V = 50
+    def copier(input_ids):        # predicts piece j + 1 of [CLS] s [SEP] s [SEP] from j - L (the same piece of the first copy)
+        T = input_ids.shape[1]; L = (T - 3) // 2
+        logits = torch.zeros(1, T, V)
+        for j in range(L + 2, T - 1): logits[0, j, input_ids[0, j - L]] = 60.0
+        return types.SimpleNamespace(logits=logits)
+    sents = [[5, 9, 11, 7, 30, 2], [40, 41, 3, 8, 8, 12, 19, 22]]
+    first, second = cg.copy_losses(copier, sents, cls_id=1, sep_id=2)
+    assert first == pytest.approx([math.log(V)] * 2, rel=1e-4) and second == pytest.approx([0.0, 0.0], abs=1e-3)
