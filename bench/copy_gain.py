@@ -18,7 +18,7 @@ import torch
 
 
 def sentence_pairs(tok, n: int, seed: int = 0, lo: int = 8, hi: int = 30):
-    "Up to `n` eval sentences of 'english' (lo..hi pieces), each as ids of [CLS] s [SEP] s [SEP], and their lengths."
+    "Up to `n` eval sentences of 'english' of lo..hi pieces, in a seeded order: each sentence's piece ids (no special tokens)."
     from nl_embryo.corpora import CORPORA
     texts = CORPORA['english'].source(0, 0, tok, 'eval')        # the eval split only: no checkpoint trained on these
     order = np.random.default_rng(seed).permutation(len(texts))
@@ -52,13 +52,18 @@ def main():
     a = ap.parse_args()
     from nl_embryo.checkpoints import list_checkpoints, load_trained_model
     from nl_embryo.corpora import get_tokenizer
+    from nl_embryo.models import is_causal
     from nl_embryo.stats import cluster_bootstrap
     if not Path(a.run).is_dir(): raise SystemExit(f"copy_gain: {a.run} is not a folder: pass a causal run folder")
+    steps = list_checkpoints(a.run, warn=False)
+    if not steps: raise SystemExit(f"copy_gain: {a.run} holds no checkpoints (checkpoints/stepN): pass the folder a causal pre-training run wrote")
     tok = get_tokenizer('english')
     sents = sentence_pairs(tok, a.n)
     rows = []
-    for step, path in list_checkpoints(a.run, warn=False).items():
+    for step, path in steps.items():
         model = load_trained_model(path).eval()
+        if not is_causal(model):
+            raise SystemExit(f"copy_gain: {path} is not a causal LM (its logits at a position are not a next-token guess): pass a run of gpt-neox, gpt2 or llama")
         if model.config.vocab_size != len(tok):
             raise SystemExit(f"copy_gain: the run's vocabulary ({model.config.vocab_size}) is not the english tokenizer's ({len(tok)}): pass a run on an English corpus")
         f, s = copy_losses(model, sents, tok.cls_token_id, tok.sep_token_id)

@@ -382,7 +382,6 @@ def register_repeated_corpus(name: str,              # the new corpus's name
     return register_corpus(CorpusSpec(name, spec.tokenizer, f"{base}, {share:.0%} of its sentences each followed by itself at once",
                                       _repeated(spec.source, share), split_sources=spec.split_sources, fetch=spec.fetch), replace=replace)
 
-
 # %% ../nbs/02_corpora.ipynb #47dc366d
 register_text_corpus('english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)', ('brown', 'sotu'), tokenizer='own')
 register_text_corpus('brown', 'Brown corpus sentences, train documents (English, 0.93M words, 15 genres)', 'brown')
@@ -405,7 +404,6 @@ for _spec in [
     CorpusSpec('nested-zipf-5000', 'english', 'nested stack language over only the first 5000 English ids (Zipf)', _artificial('stack', 5000), True),
     CorpusSpec('flat-zipf', 'english', 'flat (crossing) pairing control of nested-zipf', _artificial('stack', nested=False), True),
 ]: register_corpus(_spec)
-
 
 # %% ../nbs/02_corpora.ipynb #6413d270
 def _check_name(name, table, what):

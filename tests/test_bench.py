@@ -191,3 +191,13 @@ def test_copy_gain_compares_the_same_pieces_of_the_two_copies():
     sents = [[5, 9, 11, 7, 30, 2], [40, 41, 3, 8, 8, 12, 19, 22]]
     first, second = cg.copy_losses(copier, sents, cls_id=1, sep_id=2)
     assert first == pytest.approx([math.log(V)] * 2, rel=1e-4) and second == pytest.approx([0.0, 0.0], abs=1e-3)
+
+
+def test_copy_gain_names_a_folder_it_cannot_score(tmp_path, reference, monkeypatch):
+    "bench/copy_gain.py on a folder without checkpoints and on a masked-LM run: one line each, naming the fix."
+    import runpy
+    script = str(BENCH/'copy_gain.py')
+    for path, said in [(tmp_path, 'holds no checkpoints'), (reference, 'is not a causal LM')]:
+        monkeypatch.setattr(sys, 'argv', [script, str(path), '--n', '4'])
+        with pytest.raises(SystemExit) as e: runpy.run_path(script, run_name='__main__')
+        assert isinstance(e.value.code, str) and e.value.code.startswith('copy_gain: ') and said in e.value.code, e.value.code
