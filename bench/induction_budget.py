@@ -3,7 +3,8 @@
 Pre-trains a causal model (default: the gpt-neox `tiny` preset on the `english` corpus, longer blocks than the CPU demo's)
 with a log-spaced timeline, then scores every checkpoint's heads on repeated random tokens (`induction_scores`: a 95%
 bootstrap interval over the sequences and the chance level) and applies the same onset rule as the report
-(`causal_head_phases`: the first checkpoint where some head's interval's lower end reaches 2 x chance and stays there).
+(`causal_head_phases`: the first checkpoint where some head's interval's lower end reaches 2 x chance; a head can lose
+it again, so read the printed curve too).
 Prints, per checkpoint, the held-out next-token loss, the epochs of the corpus seen so far and the best head's induction
 and previous-token scores with their intervals, then the onsets in steps and tokens. `--minutes` caps the training
 time: the run stops after the first checkpoint past it (its learning-rate schedule stays that of `--steps`) and the

@@ -18,9 +18,9 @@ from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
-           'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'stack_corpus',
-           'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer', 'tokenizer_hash',
-           'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus',
+           'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'copy_corpus',
+           'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer',
+           'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus',
            'register_repeated_corpus', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'corpus_sources',
            'PackedCorpus', 'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
 
@@ -110,6 +110,23 @@ def iid_corpus(n_tokens: int,          # the total number of tokens
     rng = np.random.default_rng(seed)
     lens = sequence_lengths(n_tokens, rng, min_len, max_len)
     return Sequences(sampler.sample(n_tokens, rng).astype(np.int32), _offsets(lens))
+
+# %% ../nbs/02_corpora.ipynb #ab4e5f89
+def copy_corpus(n_tokens: int,          # the total number of tokens (an odd one is rounded down)
+                sampler: TokenSampler,  # draws the token ids
+                seed: int = 0,          # seeds the lengths and the draws
+                min_len: int = 8,       # the shortest segment (the last one may be shorter)
+                max_len: int = 30,      # the longest segment
+               ) -> Sequences:          # sequences of twice their segment's length (no push marks)
+    """Independent draws from `sampler` cut into segments of `min_len`..`max_len` tokens, each sequence a segment followed
+    at once by a copy of itself: text whose second halves only copying predicts (the data on which induction heads pay)."""
+    rng = np.random.default_rng(seed)
+    lens = sequence_lengths(n_tokens // 2, rng, min_len, max_len)
+    seg, off = sampler.sample(int(lens.sum()), rng).astype(np.int32), _offsets(lens)
+    which = np.repeat(np.arange(len(lens)), 2 * lens)                    # the segment of every emitted token
+    local = np.arange(2 * int(lens.sum())) - 2 * off[which]              # its position in its sequence
+    return Sequences(seg[off[which] + local % lens[which]], 2 * off)
+
 
 # %% ../nbs/02_corpora.ipynb #485668d9
 def stack_corpus(n_tokens: int,          # the total number of emitted tokens
@@ -302,7 +319,8 @@ def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, dis
     def source(n_tokens, seed, tokenizer, split=None):
         if distribution == 'zipf': sampler = TokenSampler.from_unigram(english_unigram(), bin_size=bin_size)
         else: sampler = TokenSampler.uniform(len(tokenizer), bin_size=bin_size)
-        seqs = iid_corpus(n_tokens, sampler, seed) if kind == 'iid' else stack_corpus(n_tokens, sampler, seed, nested=nested)
+        if kind == 'stack': seqs = stack_corpus(n_tokens, sampler, seed, nested=nested)
+        else: seqs = (iid_corpus if kind == 'iid' else copy_corpus)(n_tokens, sampler, seed)
         return [seqs[i] for i in range(len(seqs))]
     return source
 
@@ -403,6 +421,8 @@ for _spec in [
     CorpusSpec('nested-zipf-500', 'english', 'nested stack language over only the first 500 English ids (Zipf)', _artificial('stack', 500), True),
     CorpusSpec('nested-zipf-5000', 'english', 'nested stack language over only the first 5000 English ids (Zipf)', _artificial('stack', 5000), True),
     CorpusSpec('flat-zipf', 'english', 'flat (crossing) pairing control of nested-zipf', _artificial('stack', nested=False), True),
+    CorpusSpec('zipf-repeat', 'english', 'English token ids from the English unigram distribution in segments of 8-30, each followed at once by a copy of itself',
+               _artificial('copy'), True),
 ]: register_corpus(_spec)
 
 # %% ../nbs/02_corpora.ipynb #6413d270
