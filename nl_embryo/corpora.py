@@ -120,6 +120,7 @@ def copy_corpus(n_tokens: int,          # the total number of tokens (an odd one
                ) -> Sequences:          # sequences of twice their segment's length (no push marks)
     """Independent draws from `sampler` cut into segments of `min_len`..`max_len` tokens, each sequence a segment followed
     at once by a copy of itself: text whose second halves only copying predicts (the data on which induction heads pay)."""
+    if n_tokens < 2: raise NlEmbryoError(f"a copy corpus needs at least 2 tokens, got {n_tokens}", "ask for 2 or more: a segment and its copy")
     rng = np.random.default_rng(seed)
     lens = sequence_lengths(n_tokens // 2, rng, min_len, max_len)
     seg, off = sampler.sample(int(lens.sum()), rng).astype(np.int32), _offsets(lens)
@@ -320,7 +321,7 @@ def _artificial(kind: str, bin_size: int | None = None, nested: bool = True, dis
         if distribution == 'zipf': sampler = TokenSampler.from_unigram(english_unigram(), bin_size=bin_size)
         else: sampler = TokenSampler.uniform(len(tokenizer), bin_size=bin_size)
         if kind == 'stack': seqs = stack_corpus(n_tokens, sampler, seed, nested=nested)
-        else: seqs = (iid_corpus if kind == 'iid' else copy_corpus)(n_tokens, sampler, seed)
+        else: seqs = {'iid': iid_corpus, 'copy': copy_corpus}[kind](n_tokens, sampler, seed)
         return [seqs[i] for i in range(len(seqs))]
     return source
 
