@@ -27,7 +27,8 @@ class TimeUp(Exception):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--arch', default='gpt-neox'); ap.add_argument('--preset', default='tiny')
-    ap.add_argument('--corpus', default='english', help="a corpus of nl_embryo, e.g. english-repeat (half its sentences repeated at once)")
+    ap.add_argument('--corpus', default='english', help="a corpus of nl_embryo, e.g. english-repeat (half its sentences repeated at once), "
+                    "zipf-repeat (copy segments only) or english-copy-75 (English with copy segments as 75%% of its train tokens)")
     ap.add_argument('--seed', type=int, default=0, help='the pre-training seed (model, data order)')
     ap.add_argument('--steps', type=int, default=4000); ap.add_argument('--batch-size', type=int, default=64)
     ap.add_argument('--block-size', type=int, default=128); ap.add_argument('--checkpoints', default='log:512:500')

@@ -21,8 +21,9 @@ __all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORP
            'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'copy_corpus',
            'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer',
            'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus',
-           'register_repeated_corpus', 'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'corpus_sources',
-           'PackedCorpus', 'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
+           'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus', 'tokenizer_dir', 'get_tokenizer',
+           'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir', 'build_corpus', 'load_corpus',
+           'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -401,6 +402,50 @@ def register_repeated_corpus(name: str,              # the new corpus's name
     return register_corpus(CorpusSpec(name, spec.tokenizer, f"{base}, {share:.0%} of its sentences each followed by itself at once",
                                       _repeated(spec.source, share), split_sources=spec.split_sources, fetch=spec.fetch), replace=replace)
 
+# %% ../nbs/02_corpora.ipynb #6db708fa
+def put_between(items: list,     # the sequences, in their order
+                extra: list,     # the sequences to put among them
+                at,              # for each of `extra`, the index of the item it goes before (`len(items)`: after the last); sorted
+               ) -> list:        # `items` and `extra` in one list, each in its own order
+    "`items` with each of `extra` put before `items[at[k]]`: how copy segments and fact sentences are scattered among a corpus's sentences."
+    out, j = [], 0
+    for i in range(len(items) + 1):
+        while j < len(extra) and at[j] == i: out.append(extra[j]); j += 1
+        if i < len(items): out.append(items[i])
+    return out
+
+# %% ../nbs/02_corpora.ipynb #7bf4836d
+def _with_copies(source, share: float, tokenizer: str):
+    """A split source: `source`'s train texts with copy segments (`copy_corpus` over the train text's own unigram) put
+    between them at seeded random places, making up `share` of the train tokens; its eval texts as they are."""
+    def mixed(n_tokens, seed, tok=None, split=None):
+        texts = list(source(n_tokens, seed, tok, split))
+        if split not in (None, 'train') or not texts: return texts
+        tok = tok or get_tokenizer(tokenizer)
+        ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+        counts = np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
+        n_text = sum(map(len, ids))
+        copies = copy_corpus(max(2, int(round(n_text * share / (1 - share)))), TokenSampler.from_unigram(counts), seed=seed + 1)
+        at = np.sort(np.random.default_rng([seed, 2]).integers(0, len(texts) + 1, len(copies)))   # each copy goes before text `at`
+        return put_between(texts, [copies[k] for k in range(len(copies))], at)
+    return mixed
+
+def register_copy_mixed_corpus(name: str,              # the new corpus's name
+                               base: str = 'english',  # a real-text corpus of `CORPORA` (one with split sources)
+                               share: float = 0.5,     # the share of the train tokens in copy segments, in (0, 1)
+                               replace: bool = False,  # replace a corpus of the same name
+                              ) -> CorpusSpec:         # the corpus, as registered
+    """`base`'s train text with copy segments (segments of its own unigram, each followed at once by itself) between its
+    sentences, `share` of the train tokens; `base`'s eval split unchanged (its held-out loss is on `base`'s text alone)."""
+    if base not in CORPORA: raise NlEmbryoError(f"unknown corpus {base!r}", f"choose one of: {', '.join(CORPORA)}")
+    spec = CORPORA[base]
+    if not spec.split_sources:
+        raise NlEmbryoError(f"corpus {base!r} has no split sources, so no eval text held out by document",
+                            "mix copies into a corpus of real text with registered splits, e.g. base='english'")
+    if not 0 < share < 1: raise NlEmbryoError(f"share must lie in (0, 1), got {share}", "e.g. share=0.25: a quarter of the train tokens in copy segments")
+    return register_corpus(CorpusSpec(name, spec.tokenizer, f"{base}, with copy segments (its unigram, each followed by itself) as {share:.0%} of the train tokens",
+                                      _with_copies(spec.source, share, spec.tokenizer), split_sources=spec.split_sources, fetch=spec.fetch), replace=replace)
+
 # %% ../nbs/02_corpora.ipynb #47dc366d
 register_text_corpus('english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)', ('brown', 'sotu'), tokenizer='own')
 register_text_corpus('brown', 'Brown corpus sentences, train documents (English, 0.93M words, 15 genres)', 'brown')
@@ -409,6 +454,8 @@ register_text_corpus('turkish', 'Turkish UD treebank sentences, train documents 
 register_text_corpus('talmud', 'Babylonian and Jerusalem Talmuds, train tractates (Rabbinic Hebrew and Jewish Aramaic, ~2.2M words)', 'talmud',
                      tokenizer='own', lowercase=False)
 register_repeated_corpus('english-repeat', 'english', share=0.5)
+register_copy_mixed_corpus('english-copy-75', 'english', share=0.75)
+register_copy_mixed_corpus('english-copy-50', 'english', share=0.5)
 register_corpus(CorpusSpec('code', 'code', 'Python standard library source, comments removed', _text_source(_code), fetch=('code',)),
                 TokenizerSpec(_code, 'wordpiece', dict(lowercase=False), ('code',)))
 register_corpus(CorpusSpec('protein', 'protein', 'protein sequences, one letter per amino acid', _text_source(_protein), fetch=('protein-small',)),
@@ -588,8 +635,11 @@ def build_corpus(name: str,                   # a corpus of `CORPORA`
             for i in idx: yield items[i]
             return
         for j in tqdm(range(0, len(idx), 2000), desc=f"tokenising {name}", disable=quiet, unit_scale=2000, unit='seq'):
-            for enc in tok.backend_tokenizer.encode_batch([items[i] for i in idx[j:j+2000]], add_special_tokens=False):
-                if enc.ids: yield np.asarray(enc.ids, dtype=dtype)
+            chunk = [items[i] for i in idx[j:j+2000]]        # texts, and id arrays a source may mix in (they pass as they are)
+            encs = iter(tok.backend_tokenizer.encode_batch([x for x in chunk if isinstance(x, str)], add_special_tokens=False))
+            for x in chunk:
+                ids = next(encs).ids if isinstance(x, str) else x
+                if len(ids): yield np.asarray(ids, dtype=dtype)
     cls_id, sep_id = tok.cls_token_id, tok.sep_token_id
     train = pack_blocks(ids_of(np.flatnonzero(~is_eval)), block_size, cls_id, sep_id, dtype)
     evalb = pack_blocks(ids_of(np.flatnonzero(is_eval)), block_size, cls_id, sep_id, dtype)

@@ -166,7 +166,9 @@ INDUCTION_BUDGET = ("the causal demo's gpt-neox did not form induction heads by 
                     "nor did the 4-layer tiny one by 41M tokens on a GPU, nor five runs on blocks of 512 and 1,024 tokens "
                     "of up to 172M tokens (57 passes over the English train split); nor, on English with half its sentences "
                     "repeated (english-repeat), in two seeds of 6.1M tokens; it does form on text that only copying predicts (zipf-repeat), "
-                    "from step 750 of 3,000 (1.5M tokens) in three seeds")   # measured in the attention chapter's causal section
+                    "from step 750 of 3,000 (1.5M tokens) in three seeds, and on English with copy segments as 75% of its train tokens "
+                    "(english-copy-75) from step 1,000 or 1,250 (1.5M or 1.9M copy tokens) in two seeds, but not with 50% (english-copy-50) "
+                    "by step 3,000 (3.1M copy tokens) in two seeds")   # measured in the attention chapter's causal section
 
 def _causal_head_checks(run) -> list[dict]:
     """A causal run's previous-token and induction heads on repeated random tokens: passed where the onset was reached; an

@@ -19,7 +19,7 @@ from .core import NlEmbryoError, cache_path
 from .data import fetched_path
 from .models import is_causal, lm_head, max_positions, mlm_head
 from .timeline import Run, fingerprint
-from .corpora import CORPORA, CorpusSpec, register_corpus
+from .corpora import CORPORA, CorpusSpec, put_between, register_corpus
 
 # %% auto #0
 __all__ = ['RELATIONS', 'ISO_639_1', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries', 'single_token_counts',
@@ -392,11 +392,7 @@ def inject_facts(facts: pd.DataFrame | None = None,      # the facts to inject (
         extra = fact_sentences(use, n_fact, templates, seed)
         rng = np.random.default_rng(seed + 1)
         slots = np.sort(rng.integers(0, len(texts) + 1, size=n_fact))
-        out, j = [], 0
-        for i, t in enumerate(texts + [None]):
-            while j < n_fact and slots[j] == i: out.append(extra[j]); j += 1
-            if t is not None: out.append(t)
-        return out
+        return put_between(texts, extra, slots)
 
     spec = CorpusSpec(name, spec0.tokenizer, description, source, split_sources=spec0.split_sources)
     for p in _stale_builds(name, description):

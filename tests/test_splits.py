@@ -5,7 +5,8 @@ import pytest
 from nl_embryo.corpora import CORPORA
 from nl_embryo.splits import text_key, take_split, document_splits
 
-REAL = ('english', 'brown', 'sotu', 'turkish', 'talmud', 'english-repeat')    # english-repeat: its copies stay in their split
+REAL = ('english', 'brown', 'sotu', 'turkish', 'talmud', 'english-repeat', 'english-copy-50')   # english-repeat: its copies stay in their split;
+# english-copy-50: English's sentences in their split, with token-id copy segments among the train ones
 
 
 @pytest.fixture(scope='module')
@@ -14,7 +15,7 @@ def train_keys():
     for name in REAL:
         texts = CORPORA[name].source(None, 0, None, split='train')
         assert len(texts) > 1000, (name, len(texts))
-        keys[name] = {text_key(t) for t in texts}
+        keys[name] = {text_key(t) for t in texts if isinstance(t, str)}     # the sentences (copy segments are id arrays)
     return keys
 
 
