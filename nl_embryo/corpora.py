@@ -425,6 +425,7 @@ def _with_copies(source, share: float, tokenizer: str):
         ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
         counts = np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
         n_text = sum(map(len, ids))
+        if n_text == 0: raise NlEmbryoError("the base corpus's train text gives no tokens to draw copy segments from", "check its data: nl-embryo data list")
         copies = copy_corpus(max(2, int(round(n_text * share / (1 - share)))), TokenSampler.from_unigram(counts), seed=seed + 1)
         at = np.sort(np.random.default_rng([seed, 2]).integers(0, len(texts) + 1, len(copies)))   # each copy goes before text `at`
         return put_between(texts, [copies[k] for k in range(len(copies))], at)
