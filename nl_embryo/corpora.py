@@ -210,6 +210,9 @@ def canonical_ids(tok,              # a trained WordPiece `tokenizers.Tokenizer`
     The WordPiece trainer orders merges of equal count differently on every run (about 600 of the English tokenizer's
     8,000 ids moved between two trainings on the same text), so without this each fresh machine trained a different id
     assignment and the same seed gave a different model. Tokenisation does not change: WordPiece matches pieces, not ids."""
+    return _canonical(tok, texts)[0]
+
+def _canonical(tok, texts):   # `canonical_ids`, and the count of each new id in `texts` (special tokens 0), counted once
     from tokenizers import models
     vocab = tok.get_vocab()
     counts = np.zeros(len(vocab), dtype=np.int64)
@@ -217,9 +220,10 @@ def canonical_ids(tok,              # a trained WordPiece `tokenizers.Tokenizer`
         ids = [e.ids for e in tok.encode_batch(texts[i:i+10_000], add_special_tokens=False)]
         if ids: counts += np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(vocab))
     assert [vocab.get(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS))), 'the trainer puts the special tokens first'
-    rest = sorted((p for p in vocab if p not in SPECIAL_TOKENS), key=lambda p: (-counts[vocab[p]], p))
-    tok.model = models.WordPiece({p: i for i, p in enumerate([*SPECIAL_TOKENS, *rest])}, unk_token='[UNK]')
-    return tok
+    order = [*SPECIAL_TOKENS, *sorted((p for p in vocab if p not in SPECIAL_TOKENS), key=lambda p: (-counts[vocab[p]], p))]
+    tok.model = models.WordPiece({p: i for i, p in enumerate(order)}, unk_token='[UNK]')
+    counts = counts[[vocab[p] for p in order]]; counts[:len(SPECIAL_TOKENS)] = 0
+    return tok, counts
 
 # %% ../nbs/02_corpora.ipynb #65ce9674
 def train_wordpiece(texts: Iterable[str],        # the training texts (read twice: to train, then to count the pieces)
@@ -227,9 +231,11 @@ def train_wordpiece(texts: Iterable[str],        # the training texts (read twic
                     lowercase: bool = True,      # lower-case and strip accents (as BERT-base-uncased); False keeps both
                     min_frequency: int = 2,      # the fewest occurrences a pair needs to be merged
                     model_max_length: int = 512, # the longest input the tokenizer allows, in pieces
-                   ):                            # a transformers fast tokenizer
+                    with_counts: bool = False,   # also return how often each id occurs in `texts` (special tokens 0)
+                   ):                            # a transformers fast tokenizer; with `with_counts`, (tokenizer, counts)
     """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
-    whose ids are the same on every machine (`canonical_ids`)."""
+    whose ids are the same on every machine (`canonical_ids`). The counts come from the pass that orders the ids: no
+    second encoding of the texts."""
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, normalizers, decoders
     texts = texts if isinstance(texts, list) else list(texts)    # read twice: to train, then to count the pieces
     tok = Tokenizer(models.WordPiece(unk_token='[UNK]'))
@@ -239,7 +245,9 @@ def train_wordpiece(texts: Iterable[str],        # the training texts (read twic
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=min_frequency,
                                         show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    return _finish_tokenizer(canonical_ids(tok, texts), model_max_length)
+    tok, counts = _canonical(tok, texts)
+    tok = _finish_tokenizer(tok, model_max_length)
+    return (tok, counts) if with_counts else tok
 
 # %% ../nbs/02_corpora.ipynb #0750d044
 def char_tokenizer(alphabet: str,               # the characters of the vocabulary (their ids follow the special tokens, sorted)
@@ -501,22 +509,14 @@ def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english
     else:
         texts = texts_fn()
         if not texts: raise NlEmbryoError(f"no text to train the {name} tokenizer on", f"fetch its data: nl-embryo data fetch")
-        tok = train_wordpiece(texts, vocab_size=vocab_size, lowercase=opts['lowercase'])
+        tok, counts = train_wordpiece(texts, vocab_size=vocab_size, lowercase=opts['lowercase'], with_counts=True)
         if len(tok) > vocab_size:    # the special tokens and the alphabet do not fit: refused, and not cached
             raise NlEmbryoError(f"--vocab-size {vocab_size} is too small for the {name} tokenizer: its special tokens and the characters "
                                 f"of its text alone take {len(tok)} pieces", f"use --vocab-size {len(tok)} or more (8000 is the default)")
     with atomic_dir(folder, overwrite=True) as tmp:
         tok.save_pretrained(tmp)
-        if name == 'english': np.save(tmp/'unigram.npy', _unigram_counts(tok, texts))
+        if name == 'english': np.save(tmp/'unigram.npy', counts)    # the English unigram, which the Zipf corpora draw from
     return AutoTokenizer.from_pretrained(folder)
-
-def _unigram_counts(tok, texts) -> np.ndarray:
-    counts = np.zeros(len(tok), dtype=np.int64)
-    for i in range(0, len(texts), 10_000):
-        ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts[i:i+10_000], add_special_tokens=False)]
-        if ids: counts += np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
-    counts[:len(SPECIAL_TOKENS)] = 0
-    return counts
 
 # %% ../nbs/02_corpora.ipynb #0fb94a4c
 def english_unigram(vocab_size: int = 8000, # the number of pieces of the English tokenizer
