@@ -5,7 +5,8 @@ scripts themselves; these tests check the harness's logic (which segments count,
 chosen) with pure-Python workers whose cost ratio is known; that bench/precision.py's bf16-weights loop trains what the
 autocast loop trains (float32 master weights, the bf16 model their copy); and that bench/step_traffic.py counts known
 operators' FLOPs and bytes right and carries a step's count to a larger batch as a direct count finds it; and that
-bench/copy_gain.py compares the same pieces of a sentence's two copies."""
+bench/copy_gain.py compares the same pieces of a sentence's two copies; and that bench/gpu_checks.sh passes its benches only
+flags they define and names a stage that did not finish."""
 import sys, textwrap
 from pathlib import Path
 
@@ -201,3 +202,39 @@ def test_copy_gain_names_a_folder_it_cannot_score(tmp_path, reference, monkeypat
         monkeypatch.setattr(sys, 'argv', [script, str(path), '--n', '4'])
         with pytest.raises(SystemExit) as e: runpy.run_path(script, run_name='__main__')
         assert isinstance(e.value.code, str) and e.value.code.startswith('copy_gain: ') and said in e.value.code, e.value.code
+
+
+def test_gpu_checks_script_runs_its_stages_and_names_what_did_not_finish(tmp_path):
+    """bench/gpu_checks.sh: every flag its stages pass is one their bench script defines; an unknown stage and a machine
+    without CUDA are refused with the fix; on a machine that reports CUDA (here a stand-in `PYTHON` that fails one bench
+    script) each stage's log is written, the failure does not stop the next stage, and it is named at the end."""
+    import re, subprocess
+    script = str(BENCH/'gpu_checks.sh')
+    def sh(*args, **env):
+        import os
+        return subprocess.run(['bash', script, *map(str, args)], capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    listed = sh('--list')
+    assert listed.returncode == 0
+    lines = listed.stdout.splitlines()
+    assert [l.split()[0] for l in lines] == ['mfu', 'weights', 'profile', 'ttl', 'induction']
+    for line in lines:
+        bench_py = re.search(r'bench/(\w+\.py)', line).group(1)
+        src = (BENCH/bench_py).read_text()
+        for flag in re.findall(r'\s(--[a-z][a-z-]+)', line):
+            assert f"'{flag}'" in src, (bench_py, flag)
+    r = sh(tmp_path/'out', 'mfu,nope')
+    assert r.returncode == 2 and "unknown stage 'nope'" in r.stdout and 'fix:' in r.stdout and not (tmp_path/'out').exists()
+    r = sh(tmp_path/'out', 'mfu', PYTHON=sys.executable, CUDA_VISIBLE_DEVICES='')
+    assert r.returncode == 2 and 'no CUDA GPU here' in r.stdout and 'fix:' in r.stdout and not (tmp_path/'out').exists()
+    fake = tmp_path/'python'          # says CUDA is there; bench/precision.py fails, the other scripts print and succeed
+    fake.write_text(textwrap.dedent('''\
+        #!/usr/bin/env bash
+        if [ "$1" = -c ]; then echo "torch 0 CUDA 0"; exit 0; fi
+        case "$1" in *precision.py) echo "precision failed"; exit 3 ;; *) echo "ran $1 ${*: -1}"; exit 0 ;; esac
+        '''))
+    fake.chmod(0o755)
+    r = sh(tmp_path/'out', 'weights,profile', PYTHON=fake)
+    assert r.returncode == 1 and 'did not finish: weights (exit 3)' in r.stdout and 'profile' not in r.stdout.splitlines()[-1]
+    assert 'precision failed' in (tmp_path/'out'/'weights.log').read_text()
+    assert f"ran bench/profile_step.py {tmp_path/'out'}/profile_base.csv" in (tmp_path/'out'/'profile.log').read_text()
+    assert (tmp_path/'out'/'machine.log').exists()
