@@ -4,16 +4,16 @@
 
 # %% ../nbs/00_core.ipynb #3b6fcfa7
 from __future__ import annotations
-import contextlib, errno, hashlib, importlib.util, json, os, random, shutil, tempfile, time, uuid
+import contextlib, errno, fcntl, hashlib, importlib.util, json, os, random, shutil, tempfile, time, uuid
 from pathlib import Path
 
 import numpy as np
 
 # %% auto #0
 __all__ = ['PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
-           'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'is_disk_full', 'sha256_file', 'file_mode',
-           'remove_stale_temps', 'seed_everything', 'get_device', 'native_bf16', 'autocast_dtype', 'human_size',
-           'check_writable', 'torch_threads']
+           'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'build_lock', 'is_disk_full', 'sha256_file',
+           'file_mode', 'remove_stale_temps', 'seed_everything', 'get_device', 'native_bf16', 'autocast_dtype',
+           'human_size', 'check_writable', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -94,6 +94,27 @@ def atomic_dir(path,                     # the folder to create (str or Path); m
         else: os.replace(tmp, path)
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+
+# %% ../nbs/00_core.ipynb #104f1bff
+@contextlib.contextmanager
+def build_lock(path,                  # the cache entry (a file or folder) about to be built
+               what: str | None = None, # what is built, for the waiting message (None: the entry's name)
+               quiet: bool = False,     # no message while waiting for another process
+              ):
+    """Hold an exclusive lock while building the cache entry `path`, so that processes that need the same entry at once
+    (the workers of a sweep on a fresh machine, say) build it once: the others wait here, then find it built (the caller
+    looks again inside the block). The lock is an `flock` on `.NAME.lock` beside `path`, which the system releases when
+    the process ends, so a killed build leaves no stale lock; where the file system refuses locks, the build goes ahead."""
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not quiet: print(f"waiting for another process to finish building {what or path.name} ...", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError: pass                      # no locks on this file system (some network mounts): build unlocked
+        yield
+    finally: os.close(fd)                         # closing the descriptor releases the lock
 
 # %% ../nbs/00_core.ipynb #5560c01c
 def is_disk_full(e: BaseException | None,  # the exception to inspect, with its `__cause__`/`__context__` chain (None: False)

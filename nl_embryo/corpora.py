@@ -12,7 +12,7 @@ from typing import Callable, Iterable, NamedTuple
 import numpy as np
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_dir, cache_path, human_size
+from .core import NlEmbryoError, atomic_dir, build_lock, cache_path, human_size
 from .splits import TextSource, eval_sentences, register_text_source, sentence_loader, take_split, text_source, SPLIT_VERSION
 from .data import load_python_stdlib, load_proteins
 
@@ -505,17 +505,19 @@ def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english
     spec = TOKENIZERS[name]; texts_fn, kind, opts = spec.texts, spec.kind, spec.options
     folder = tokenizer_dir(name, vocab_size)
     if folder.exists() and not force: return AutoTokenizer.from_pretrained(folder)
-    if kind == 'char': tok = char_tokenizer(opts['alphabet'])
-    else:
-        texts = texts_fn()
-        if not texts: raise NlEmbryoError(f"no text to train the {name} tokenizer on", f"fetch its data: nl-embryo data fetch")
-        tok, counts = train_wordpiece(texts, vocab_size=vocab_size, lowercase=opts['lowercase'], with_counts=True)
-        if len(tok) > vocab_size:    # the special tokens and the alphabet do not fit: refused, and not cached
-            raise NlEmbryoError(f"--vocab-size {vocab_size} is too small for the {name} tokenizer: its special tokens and the characters "
-                                f"of its text alone take {len(tok)} pieces", f"use --vocab-size {len(tok)} or more (8000 is the default)")
-    with atomic_dir(folder, overwrite=True) as tmp:
-        tok.save_pretrained(tmp)
-        if name == 'english': np.save(tmp/'unigram.npy', counts)    # the English unigram, which the Zipf corpora draw from
+    with build_lock(folder, f"the {name} tokenizer"):    # another process training it: wait, then load its result
+        if folder.exists() and not force: return AutoTokenizer.from_pretrained(folder)
+        if kind == 'char': tok = char_tokenizer(opts['alphabet'])
+        else:
+            texts = texts_fn()
+            if not texts: raise NlEmbryoError(f"no text to train the {name} tokenizer on", f"fetch its data: nl-embryo data fetch")
+            tok, counts = train_wordpiece(texts, vocab_size=vocab_size, lowercase=opts['lowercase'], with_counts=True)
+            if len(tok) > vocab_size:    # the special tokens and the alphabet do not fit: refused, and not cached
+                raise NlEmbryoError(f"--vocab-size {vocab_size} is too small for the {name} tokenizer: its special tokens and the characters "
+                                    f"of its text alone take {len(tok)} pieces", f"use --vocab-size {len(tok)} or more (8000 is the default)")
+        with atomic_dir(folder, overwrite=True) as tmp:
+            tok.save_pretrained(tmp)
+            if name == 'english': np.save(tmp/'unigram.npy', counts)    # the English unigram, which the Zipf corpora draw from
     return AutoTokenizer.from_pretrained(folder)
 
 # %% ../nbs/02_corpora.ipynb #0fb94a4c
@@ -605,25 +607,9 @@ def _corpus_items(spec: CorpusSpec, n_tok: int, seed: int, tok, eval_fraction: f
         is_eval = rng.random(len(items)) < eval_fraction
     return items, is_eval
 
-# %% ../nbs/02_corpora.ipynb #b5e7567f
-def build_corpus(name: str,                   # a corpus of `CORPORA`
-                 block_size: int = 128,       # tokens per block, the leading [CLS] included
-                 vocab_size: int = 8000,      # the number of pieces of the corpus's tokenizer
-                 n_tokens: int | None = None, # tokens generated (artificial; None: 4M) or training tokens cut/repeated to (real; None: as is)
-                 seed: int = 0,               # seeds the generator, the eval draw and the cut or repetition
-                 eval_fraction: float = 0.01, # the fraction of sequences held out for eval without split sources; in (0, 1)
-                 force: bool = False,         # build again even when the cache holds a build of these options
-                 quiet: bool = False,         # no progress bar, no repetition warning and no printed summary
-                ) -> PackedCorpus:            # the built corpus, memory-mapped
-    "Tokenise and pack the named corpus (once); a later call with the same options memory-maps the stored blocks."
-    _check_name(name, CORPORA, 'corpus')
-    spec = CORPORA[name]
-    path = corpus_dir(name, block_size, vocab_size, n_tokens, seed)
-    if (path/'header.json').exists() and not force:
-        pc = _open(path)
-        if pc.header.get('format') == CORPUS_FORMAT: return pc
-    if not 0 < eval_fraction < 1: raise NlEmbryoError(f"eval_fraction must lie in (0, 1), got {eval_fraction}", "use e.g. 0.01")
-    if n_tokens is not None and n_tokens < block_size: raise NlEmbryoError(f"corpus_tokens={n_tokens} is less than one block of {block_size}", "ask for more tokens, e.g. --corpus-tokens 4000000")
+# %% ../nbs/02_corpora.ipynb #c66bc383
+def _build_corpus(name, spec, path, block_size, vocab_size, n_tokens, seed, eval_fraction, quiet) -> PackedCorpus:
+    "Tokenise, pack and store one build of corpus `name` at `path` (`build_corpus`, under its lock)."
     t0 = time.perf_counter()
     tok = get_tokenizer(spec.tokenizer, vocab_size)
     n_tok = n_tokens or DEFAULT_ARTIFICIAL_TOKENS
@@ -665,6 +651,29 @@ def build_corpus(name: str,                   # a corpus of `CORPORA`
     pc = _open(path)
     if not quiet: print(pc)
     return pc
+
+# %% ../nbs/02_corpora.ipynb #b5e7567f
+def build_corpus(name: str,                   # a corpus of `CORPORA`
+                 block_size: int = 128,       # tokens per block, the leading [CLS] included
+                 vocab_size: int = 8000,      # the number of pieces of the corpus's tokenizer
+                 n_tokens: int | None = None, # tokens generated (artificial; None: 4M) or training tokens cut/repeated to (real; None: as is)
+                 seed: int = 0,               # seeds the generator, the eval draw and the cut or repetition
+                 eval_fraction: float = 0.01, # the fraction of sequences held out for eval without split sources; in (0, 1)
+                 force: bool = False,         # build again even when the cache holds a build of these options
+                 quiet: bool = False,         # no progress bar, no repetition warning and no printed summary
+                ) -> PackedCorpus:            # the built corpus, memory-mapped
+    "Tokenise and pack the named corpus (once); a later call with the same options memory-maps the stored blocks."
+    _check_name(name, CORPORA, 'corpus')
+    spec = CORPORA[name]
+    path = corpus_dir(name, block_size, vocab_size, n_tokens, seed)
+    if (path/'header.json').exists() and not force:
+        pc = _open(path)
+        if pc.header.get('format') == CORPUS_FORMAT: return pc
+    if not 0 < eval_fraction < 1: raise NlEmbryoError(f"eval_fraction must lie in (0, 1), got {eval_fraction}", "use e.g. 0.01")
+    if n_tokens is not None and n_tokens < block_size: raise NlEmbryoError(f"corpus_tokens={n_tokens} is less than one block of {block_size}", "ask for more tokens, e.g. --corpus-tokens 4000000")
+    with build_lock(path, f"corpus {name!r}", quiet):    # another process building it: wait, then read its build
+        if (path/'header.json').exists() and not force and _open(path).header.get('format') == CORPUS_FORMAT: return _open(path)
+        return _build_corpus(name, spec, path, block_size, vocab_size, n_tokens, seed, eval_fraction, quiet)
 
 # %% ../nbs/02_corpora.ipynb #ded49e15
 def load_corpus(name: str,                   # a corpus of `CORPORA`

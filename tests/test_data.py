@@ -359,3 +359,31 @@ def test_pretrain_fetches_the_sources_its_corpus_reads(tmp_path, monkeypatch, ca
     monkeypatch.setattr(P, 'fetch', fake_fetch)
     rc, out = cli(capsys, 'pretrain', '--corpus', 'english', '--preset', 'mini', '--steps', 2, '--out', tmp_path/'run')
     assert asked == [(['brown', 'sotu'], False)] and rc == 2 and 'stopped after the fetch' in out and 'is not fetched' not in out
+
+
+def test_processes_that_ask_for_one_corpus_at_once_build_it_once(tmp_path):
+    """Two processes (a sweep's workers on a fresh machine, say) build the same corpus at the same moment: one builds it,
+    the other waits for it (saying so) and reads its build; both get the same blocks. Each build is slowed (its packing
+    sleeps) so that the second process arrives while the first is building."""
+    from nl_embryo.core import data_dir
+    cache = tmp_path/'cache'; cache.mkdir()
+    (cache/'tokenizers').symlink_to(data_dir()/'tokenizers')        # the English tokenizer the artificial corpora use
+    script = tmp_path/'build.py'
+    script.write_text(
+        "import time, sys\n"
+        "import nl_embryo.corpora as C\n"
+        "real = C.pack_blocks\n"
+        "def slow(*a, **k): print('packing', flush=True); time.sleep(1.5); return real(*a, **k)\n"
+        "C.pack_blocks = slow\n"
+        "pc = C.build_corpus('random', block_size=32, n_tokens=50_000)\n"
+        "print('blocks', int(pc.train.sum()), len(pc.train))\n")
+    env = {**os.environ, 'NL_EMBRYO_DATA': str(cache), 'OMP_NUM_THREADS': '1'}
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sum(o.count('packing') for o in outs) == 2, outs                  # one build: its train and eval packing, once
+    assert sum("waiting for another process to finish building corpus 'random'" in o for o in outs) == 1, outs
+    blocks = [next(l for l in o.splitlines() if l.startswith('blocks')) for o in outs]
+    assert blocks[0] == blocks[1], blocks
+    assert [p.name for p in (cache/'corpora').iterdir() if not p.name.startswith('.')] == ['random-b32-v8000-n50000-s0']
