@@ -364,22 +364,25 @@ def test_pretrain_fetches_the_sources_its_corpus_reads(tmp_path, monkeypatch, ca
 def test_processes_that_ask_for_one_corpus_at_once_build_it_once(tmp_path):
     """Two processes (a sweep's workers on a fresh machine, say) build the same corpus at the same moment: one builds it,
     the other waits for it (saying so) and reads its build; both get the same blocks. Each build is slowed (its packing
-    sleeps) so that the second process arrives while the first is building."""
+    sleeps, and both start it together once both have imported) so that the second arrives while the first is building."""
     from nl_embryo.core import data_dir
     cache = tmp_path/'cache'; cache.mkdir()
     (cache/'tokenizers').symlink_to(data_dir()/'tokenizers')        # the English tokenizer the artificial corpora use
     script = tmp_path/'build.py'
     script.write_text(
         "import time, sys\n"
+        "from pathlib import Path\n"
         "import nl_embryo.corpora as C\n"
         "real = C.pack_blocks\n"
         "def slow(*a, **k): print('packing', flush=True); time.sleep(1.5); return real(*a, **k)\n"
         "C.pack_blocks = slow\n"
+        "open(sys.argv[1], 'w').close()\n"                                       # ready; then start together
+        "while len(list(Path(sys.argv[1]).parent.glob('ready-*'))) < 2: time.sleep(0.01)\n"
         "pc = C.build_corpus('random', block_size=32, n_tokens=50_000)\n"
         "print('blocks', int(pc.train.sum()), len(pc.train))\n")
     env = {**os.environ, 'NL_EMBRYO_DATA': str(cache), 'OMP_NUM_THREADS': '1'}
-    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path/f'ready-{i}')], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for i in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert sum(o.count('packing') for o in outs) == 2, outs                  # one build: its train and eval packing, once
