@@ -595,6 +595,12 @@ def _open(path: Path) -> PackedCorpus:
     header = json.loads((path/'header.json').read_text())
     return PackedCorpus(path, header, np.load(path/'train.npy', mmap_mode='r'), np.load(path/'eval.npy', mmap_mode='r'))
 
+def _current(path: Path) -> PackedCorpus | None:
+    "The corpus built at `path` when one is there in this `CORPUS_FORMAT`, else None."
+    if not (path/'header.json').exists(): return None
+    pc = _open(path)
+    return pc if pc.header.get('format') == CORPUS_FORMAT else None
+
 def _corpus_items(spec: CorpusSpec, n_tok: int, seed: int, tok, eval_fraction: float) -> tuple[list, np.ndarray]:
     "The sequences of `spec` and a mask of those held out for eval: its eval documents, or a seeded random `eval_fraction`."
     rng = np.random.default_rng(seed)
@@ -666,13 +672,11 @@ def build_corpus(name: str,                   # a corpus of `CORPORA`
     _check_name(name, CORPORA, 'corpus')
     spec = CORPORA[name]
     path = corpus_dir(name, block_size, vocab_size, n_tokens, seed)
-    if (path/'header.json').exists() and not force:
-        pc = _open(path)
-        if pc.header.get('format') == CORPUS_FORMAT: return pc
+    if not force and (pc := _current(path)) is not None: return pc
     if not 0 < eval_fraction < 1: raise NlEmbryoError(f"eval_fraction must lie in (0, 1), got {eval_fraction}", "use e.g. 0.01")
     if n_tokens is not None and n_tokens < block_size: raise NlEmbryoError(f"corpus_tokens={n_tokens} is less than one block of {block_size}", "ask for more tokens, e.g. --corpus-tokens 4000000")
     with build_lock(path, f"corpus {name!r}", quiet):    # another process building it: wait, then read its build
-        if (path/'header.json').exists() and not force and _open(path).header.get('format') == CORPUS_FORMAT: return _open(path)
+        if not force and (pc := _current(path)) is not None: return pc
         return _build_corpus(name, spec, path, block_size, vocab_size, n_tokens, seed, eval_fraction, quiet)
 
 # %% ../nbs/02_corpora.ipynb #ded49e15
