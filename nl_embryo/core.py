@@ -104,9 +104,17 @@ def build_lock(path,                  # the cache entry (a file or folder) about
     """Hold an exclusive lock while building the cache entry `path`, so that processes that need the same entry at once
     (the workers of a sweep on a fresh machine, say) build it once: the others wait here, then find it built (the caller
     looks again inside the block). The lock is an `flock` on `.NAME.lock` beside `path`, which the system releases when
-    the process ends, so a killed build leaves no stale lock; where the file system refuses locks, the build goes ahead."""
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    the process ends, so a killed build leaves no stale lock; where the file system refuses locks, the build goes ahead.
+    A cache folder that cannot be written raises `NlEmbryoError` naming `NL_EMBRYO_DATA`, before any work."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS): raise
+        raise NlEmbryoError(f"cannot build {what or path.name}: the data cache folder {path.parent} cannot be written "
+                            f"({e.strerror or e})", f"point NL_EMBRYO_DATA at a folder you can write to (the cache is "
+                            f"{data_dir()} now), or make {path.parent} writable") from None
     try:
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
