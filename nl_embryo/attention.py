@@ -18,7 +18,7 @@ from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_causal, is_pair, max_positions, set_attention, SizePreset, build_model
 from .objectives import CLS_ID, N_SPECIAL
 from .stats import cluster_bootstrap
-from .timeline import Run, first_clearing
+from .timeline import Run, clearing_hold, first_clearing
 from .data import load_brown_sentences
 from .splits import eval_sentences
 
@@ -828,9 +828,10 @@ def causal_head_phases(scores: pd.DataFrame,      # an attention scores table wi
         d = scores[scores['pattern'] == pattern]
         if d.empty: continue
         best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
-        step, step_lo = first_clearing(best['step'], best['lo'] >= over_chance * best['chance'])
+        clears = best['lo'] >= over_chance * best['chance']
+        step, step_lo = first_clearing(best['step'], clears)
         r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
-        rows.append(dict(phase=name, step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
+        rows.append(dict(phase=name, step=step, step_lo=step_lo, **clearing_hold(best['step'], clears, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
                          reference=over_chance * float(r['chance']), source='attention',
                          detail=f"layer {int(r['layer'])}, head {int(r['head'])}: score {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
                                 f"bar {over_chance:g} x chance {r['chance']:.3f}" + ('' if step is not None else f": not yet by step {step_lo}")))
@@ -850,7 +851,7 @@ def attention_phases(run,                       # a `Run` with an attention tabl
         bar = 0.9 * ent['value'].iloc[0]
         step, step_lo = first_clearing(ent.index, ent['hi'] <= bar)
         r = ent.loc[step if step is not None else step_lo]
-        rows.append(dict(phase='attention entropy dropped', step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
+        rows.append(dict(phase='attention entropy dropped', step=step, step_lo=step_lo, **clearing_hold(ent.index, ent['hi'] <= bar, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
                          reference=float(ent['value'].iloc[0]), source='attention',
                          detail=f"mean normalised entropy of the heads, its interval below 90% of the step-{int(ent.index[0])} value ({bar:.3f})"
                                 + ('' if step is not None else ': not yet')))
@@ -860,7 +861,7 @@ def attention_phases(run,                       # a `Run` with an attention tabl
         best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
         step, step_lo = first_clearing(best['step'], best['lo'] >= threshold)
         r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
-        rows.append(dict(phase=name, step=step, step_lo=step_lo, value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=threshold,
+        rows.append(dict(phase=name, step=step, step_lo=step_lo, **clearing_hold(best['step'], best['lo'] >= threshold, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=threshold,
                          source='attention', detail=f"layer {int(r['layer'])}, head {int(r['head'])}" + (
                              f": share {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if step is not None else f": best share {r['value']:.2f} at the last step")))
     return rows + causal_head_phases(scores, over_chance)

@@ -177,10 +177,11 @@ def _causal_head_checks(run) -> list[dict]:
         return [dict(check=c, value=np.nan, bar=np.nan, passed=None, detail='attention not run') for c in CAUSAL_PHASES.values()]
     rows = []
     for r in causal_head_phases(run.table('attention')):
-        reached, induction = r['step'] is not None, r['phase'] == CAUSAL_PHASES['induction']
+        reached, induction = r['step'] is not None and r['fell_back'] is None, r['phase'] == CAUSAL_PHASES['induction']   # reached and held
         rows.append(dict(check=r['phase'], value=round(r['value'], 3), bar=round(r['reference'], 3),
                          passed=True if reached else (None if induction else False),   # induction heads: shown where the budget reaches them
                          detail=(f"from step {r['step']} (after {r['step_lo']}): " if reached else
+                                 f"cleared at step {r['step']}, fell back at {r['fell_back']}: " if r['step'] is not None else
                                  f"not reached ({INDUCTION_BUDGET}): " if induction else '') + r['detail']))
     return rows
 
@@ -210,12 +211,14 @@ def demo_checks(run,  # a `Run` or a run folder
     else:
         d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')]
         onsets = pd.DataFrame(prediction_phases(run), columns=PHASE_COLUMNS)    # a class is learned where its interval clears its step-0 value
-        learned = onsets[onsets['step'].notna()]
+        learned = onsets[onsets['step'].notna() & onsets['fell_back'].isna()]         # and held to the last step: a blip is not learning
         groups, distinct = sorted(learned['phase'].str.removeprefix(f'{pred}: ')), learned['step'].nunique()
+        fell = sorted(onsets.loc[onsets['fell_back'].notna(), 'phase'].str.removeprefix(f'{pred}: '))
         rows.append(dict(check=f'{pred} by POS', value=len(groups), bar=DEMO_BARS['pos_groups'],
                          passed=len(groups) >= DEMO_BARS['pos_groups'] and distinct >= 2,
                          detail=f"{', '.join(groups) or 'none'} learned beyond their step-{int(d['step'].min())} value (95% interval) by step "
-                                f"{int(d['step'].max())}; {distinct} distinct onset steps"))
+                                f"{int(d['step'].max())}; {distinct} distinct onset steps"
+                                + (f"; {', '.join(fell)} cleared it, then fell back (not counted)" if fell else '')))
     pr = run.table('probes')
     if pr.empty: rows.append(dict(check='POS probe beats step 0', value=np.nan, bar=DEMO_BARS['probe_gain'], passed=None, detail='probes not run'))
     else:

@@ -15,7 +15,7 @@ from .registry import Analysis, analyze, part_for, register
 from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError, autocast_dtype, torch_threads
-from .timeline import Run, first_clearing
+from .timeline import Run, clearing_hold, first_clearing
 from .words import align_words, max_input_length, token_batches, words_frame
 from .data import brown_base_tag, brown_verb_form, load_brown_tagged
 from .splits import eval_sentence_ids
@@ -385,9 +385,10 @@ def prediction_phases(run,  # a `Run` with a reconstruction table
         base, first = float(g['value'].iloc[0]), int(g['step'].iloc[0])
         lo = g['lo'].fillna(g['value']) if 'lo' in g else g['value']
         step, step_lo = first_clearing(g['step'], lo > base)
+        hold = clearing_hold(g['step'], lo > base, step)
         r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
         was = f"its step-{first} value {base:.3f}" + ('' if first == 0 else ' (no step 0 measured: the first checkpoint is the baseline)')
-        rows.append(dict(phase=f'{what}: {group}', step=step, step_lo=step_lo, value=float(r['value']), lo=float(lo[r.name]),
+        rows.append(dict(phase=f'{what}: {group}', step=step, step_lo=step_lo, **hold, value=float(r['value']), lo=float(lo[r.name]),
                          hi=float(r.get('hi', r['value'])), reference=base, source='reconstruction',
                          detail=(f"95% interval's lower end above {was}, after step {step_lo}" if step is not None else
                                  f"not beyond {was} by step {step_lo} ({r['value']:.3f}, interval from {lo[r.name]:.3f})")))

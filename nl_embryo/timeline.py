@@ -23,7 +23,7 @@ from .objectives import EVAL_LOSSES, PLATEAU_MARGIN
 # %% auto #0
 __all__ = ['EVAL_TEXT_FILE', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
            'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'as_run', 'eval_rows',
-           'first_clearing', 'unigram_entropy_of', 'training_curves_chart']
+           'first_clearing', 'clearing_hold', 'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -535,7 +535,8 @@ def as_run(run,  # a `Run` (returned as it is), a run folder or a model folder
     return Run.coerce(run)
 
 # %% ../nbs/05_timeline.ipynb #e9500b8d
-PHASE_COLUMNS = ['phase', 'step', 'step_lo', 'value', 'lo', 'hi', 'reference', 'source', 'detail']   # a phase happened in (step_lo, step]; lo-hi: the 95% interval of its value
+PHASE_COLUMNS = ['phase', 'step', 'step_lo', 'held_to', 'fell_back', 'value', 'lo', 'hi', 'reference', 'source', 'detail']
+# a phase happened in (step_lo, step]; its interval kept clearing up to `held_to` and no longer did at `fell_back` (empty: held to the end); lo-hi: the 95% interval of its value
 
 def eval_rows(run,  # a `Run`
              ) -> pd.DataFrame:  # its metrics rows that have an `eval_mlm_loss` (no rows when it logged none)
@@ -547,7 +548,6 @@ def eval_rows(run,  # a `Run`
         m = m.assign(**{f'eval_mlm_loss{s}': m[f'eval_clm_loss{s}'] for s in ('', '_lo', '_hi') if f'eval_clm_loss{s}' in m})
     return m.dropna(subset=['eval_mlm_loss']) if 'eval_mlm_loss' in m else m.iloc[0:0]
 
-
 # %% ../nbs/05_timeline.ipynb #a54bbd36
 def first_clearing(steps,   # the measured steps, ascending
                    clears,  # per step, True where the measure's 95% interval clears its baseline
@@ -558,6 +558,20 @@ def first_clearing(steps,   # the measured steps, ascending
         if c: return s, (steps[i - 1] if i else None)
     return None, (steps[-1] if steps else None)
 
+def clearing_hold(steps,   # the measured steps, ascending (as given to `first_clearing`)
+                  clears,  # per step, True where the interval clears its baseline
+                  step,    # the onset `first_clearing` found (None: none)
+                 ) -> dict:  # held_to, fell_back: steps, or None
+    """Whether an onset held: `held_to`, the last measured step up to which the interval kept clearing without a break
+    (the onset itself when it came at the last step, so whether it holds is not yet known), and `fell_back`, the first
+    measured step after that whose interval no longer cleared (None: it held to the last step). Both None without an onset."""
+    if step is None: return dict(held_to=None, fell_back=None)
+    later = [(int(s), bool(c)) for s, c in zip(steps, clears) if int(s) >= int(step)]
+    held = int(step)
+    for s, c in later:
+        if not c: return dict(held_to=held, fell_back=s)
+        held = s
+    return dict(held_to=held, fell_back=None)
 
 # %% ../nbs/05_timeline.ipynb #52430abb
 def unigram_entropy_of(run,  # a `Run`
@@ -574,9 +588,10 @@ def _plateau_exit(run) -> list[dict]:
     has_hi = 'eval_mlm_loss_hi' in ev and ev['eval_mlm_loss_hi'].notna().all()
     hi = ev['eval_mlm_loss_hi'] if has_hi else ev['eval_mlm_loss']
     lo = ev['eval_mlm_loss_lo'] if has_hi and 'eval_mlm_loss_lo' in ev else ev['eval_mlm_loss']
-    step, step_lo = first_clearing(ev['step'], h - hi >= PLATEAU_MARGIN)
+    clears = h - hi >= PLATEAU_MARGIN
+    step, step_lo = first_clearing(ev['step'], clears)
     r = ev[ev['step'] == (step if step is not None else step_lo)].iloc[0]
-    row = dict(phase='left the unigram plateau', step=step, step_lo=step_lo, value=float(r['eval_mlm_loss']),
+    row = dict(phase='left the unigram plateau', step=step, step_lo=step_lo, **clearing_hold(ev['step'], clears, step), value=float(r['eval_mlm_loss']),
                lo=float(lo[r.name]), hi=float(hi[r.name]), reference=h, source='metrics')
     loss = 'eval next-token loss' if 'eval_clm_loss' in ev else 'eval MLM loss'
     what = f'the upper end of the 95% interval of the {loss}' if has_hi else f'the {loss} (no interval logged: point estimate)'
@@ -588,21 +603,26 @@ def _plateau_exit(run) -> list[dict]:
                      f"still on the plateau at step {step_lo}: {what} is {float(h - hi[r.name]):+.3f} nat below {ref}")
     return [row]
 
-
 # %% ../nbs/05_timeline.ipynb #10da4d73
 PHASE_DETECTORS: list = [_plateau_exit]   # functions `Run -> phase rows`; `nl_embryo.registry.register` appends the analyses' own
 
 # %% ../nbs/05_timeline.ipynb #e5e37521
 @patch
 def phases(self: Run) -> pd.DataFrame:
-    """Phase marks of the run, a tidy frame (`PHASE_COLUMNS`: phase, step, step_lo, value, lo, hi, reference, source,
-    detail), each where an interval first clears its baseline (`first_clearing`) and so known to lie in (step_lo, step]:
+    """Phase marks of the run, a tidy frame (`PHASE_COLUMNS`: phase, step, step_lo, held_to, fell_back, value, lo, hi,
+    reference, source, detail), each where an interval first clears its baseline (`first_clearing`) and so known to lie
+    in (step_lo, step], with whether it held (`clearing_hold`: a mark that fell back says so in `detail`):
     the step at which it left the unigram plateau (the eval MLM loss's 95% interval first `PLATEAU_MARGIN` nat below
     the corpus' unigram entropy), and the
     onsets of every registered analysis that declares a phase detector (`Analysis.phases`: attention entropy
     dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
     registers the built-in ones). A phase not reached has no step and says so in `detail`."""
-    return pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
+    d = pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
+    d = d.astype({'held_to': float, 'fell_back': float})      # steps, NaN where none (as `step`)
+    fell = d['fell_back'].notna() & d['held_to'].notna()
+    d.loc[fell, 'detail'] = [f"{t}; it fell back: the interval no longer cleared at step {int(f)} (it held to step {int(h)})"
+                             for t, f, h in zip(d.loc[fell, 'detail'], d.loc[fell, 'fell_back'], d.loc[fell, 'held_to'])]
+    return d
 
 # %% ../nbs/05_timeline.ipynb #26a6a813
 def training_curves_chart(metrics: pd.DataFrame,                # a run's metrics (`Run.metrics()`): a `step` column and its loss (`*_loss`, `loss`) and accuracy (`*_acc`) columns
