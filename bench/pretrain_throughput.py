@@ -137,7 +137,7 @@ def main():
     opts = dict(rounds=a.rounds, segment_s=a.segment_s, threads=a.threads)
     B, T = a.batch_size, a.block_size
     out = dict(date=str(datetime.date.today()), machine=machine_line(dev, a.threads), batch=B, block=T, rounds=a.rounds,
-               roofline={}, comparisons=[], objectives=[])
+               compile=a.compile, roofline={}, comparisons=[], objectives=[])   # compile: ours ran under torch.compile
     print(f"{out['date']} | {out['machine']}")
     print(f"batch {B} x {T} tokens; {a.rounds} interleaved rounds of ~{a.segment_s:g} s segments per comparison; "
           f"step times are the 25th percentile over clean segments (min / median / max beside them)", flush=True)
