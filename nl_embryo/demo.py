@@ -128,7 +128,9 @@ def report_notebook(run_dir,  # the run folder
              "cols = [c for c in ['step', 'loss', 'mlm_acc', 'clm_acc', 'eval_mlm_loss', 'eval_clm_loss', 'eval_below_unigram', 'eval_mlm_acc', 'eval_clm_acc', 'tokens_per_s'] if c in metrics]\n"
              "ev[ev['step'].isin(run.steps())][[c for c in cols if c in ev and not (c == 'eval_mlm_loss' and 'eval_clm_loss' in ev)]].round(3)"),
         md("## Phases\n\nThe steps at which the run left the unigram plateau and at which the analyses below first detect "
-           "what they measure (`Run.phases()`; an empty step: not reached)."),
+           "what they measure (`Run.phases()`; an empty step: not reached). Each happened after `step_lo` and by `step`; "
+           "`held_to` is the last analysed step up to which its interval kept clearing, and `fell_back` the first where it "
+           "no longer did (empty: it held to the last step)."),
         code("run.phases()"),
         md("## Does the embryo grow?\n\nThe demo's checks on its last checkpoint (`demo_checks`): the distance below the "
            f"unigram entropy beyond the eval set's noise, {'next-word' if causal else 'mask'} prediction for several parts of speech with different onsets, "
