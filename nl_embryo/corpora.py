@@ -423,16 +423,25 @@ def put_between(items: list,     # the sequences, in their order
     return out
 
 # %% ../nbs/02_corpora.ipynb #7bf4836d
-def _with_copies(source, share: float, tokenizer: str):
+def _train_counts(texts, tok, own: bool) -> np.ndarray:
+    """How often each id of `tok` occurs in the train `texts`. Where `tok` is the corpus's own tokenizer (`own`), trained
+    on these very texts, its folder keeps the counts of that training (`unigram.npy`, English's): they are read, not
+    counted a second time (an encoding of the whole train split, ~8 s for English)."""
+    f = Path(getattr(tok, 'name_or_path', None) or '.')/'unigram.npy'
+    if own and f.is_file() and len(counts := np.load(f)) == len(tok): return counts
+    ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    return np.bincount(np.concatenate([np.zeros(0, np.int64)] + [np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
+
+def _with_copies(source, share: float, tokenizer: str, own: bool = False):
     """A split source: `source`'s train texts with copy segments (`copy_corpus` over the train text's own unigram) put
-    between them at seeded random places, making up `share` of the train tokens; its eval texts as they are."""
+    between them at seeded random places, making up `share` of the train tokens; its eval texts as they are. `own`: the
+    base corpus is the one `tokenizer` was trained on (`_train_counts`)."""
     def mixed(n_tokens, seed, tok=None, split=None):
         texts = list(source(n_tokens, seed, tok, split))
         if split not in (None, 'train') or not texts: return texts
         tok = tok or get_tokenizer(tokenizer)
-        ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
-        counts = np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
-        n_text = sum(map(len, ids))
+        counts = _train_counts(texts, tok, own and split == 'train')     # split None: every text, not the tokenizer's own
+        n_text = int(counts.sum())
         if n_text == 0: raise NlEmbryoError("the base corpus's train text gives no tokens to draw copy segments from", "check its data: nl-embryo data list")
         copies = copy_corpus(max(2, int(round(n_text * share / (1 - share)))), TokenSampler.from_unigram(counts), seed=seed + 1)
         at = np.sort(np.random.default_rng([seed, 2]).integers(0, len(texts) + 1, len(copies)))   # each copy goes before text `at`
@@ -453,7 +462,7 @@ def register_copy_mixed_corpus(name: str,              # the new corpus's name
                             "mix copies into a corpus of real text with registered splits, e.g. base='english'")
     if not 0 < share < 1: raise NlEmbryoError(f"share must lie in (0, 1), got {share}", "e.g. share=0.25: a quarter of the train tokens in copy segments")
     return register_corpus(CorpusSpec(name, spec.tokenizer, f"{base}, with copy segments (its unigram, each followed by itself) as {share:.0%} of the train tokens",
-                                      _with_copies(spec.source, share, spec.tokenizer), split_sources=spec.split_sources, fetch=spec.fetch), replace=replace)
+                                      _with_copies(spec.source, share, spec.tokenizer, own=spec.tokenizer == base), split_sources=spec.split_sources, fetch=spec.fetch), replace=replace)
 
 # %% ../nbs/02_corpora.ipynb #47dc366d
 register_text_corpus('english', 'Brown corpus + State of the Union speeches, train documents (English, ~2.4M words)', ('brown', 'sotu'), tokenizer='own')
