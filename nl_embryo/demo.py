@@ -130,7 +130,7 @@ def report_notebook(run_dir,  # the run folder
         md("## Phases\n\nThe steps at which the run left the unigram plateau and at which the analyses below first detect "
            "what they measure (`Run.phases()`; an empty step: not reached). Each happened after `step_lo` and by `step`; "
            "`held_to` is the last analysed step up to which its interval kept clearing, and `fell_back` the first where it "
-           "no longer did (empty: it held to the last step)."),
+           "no longer did (empty: it held to the last step); `sustained` is the step from which it clears at every later one."),
         code("run.phases()"),
         md("## Does the embryo grow?\n\nThe demo's checks on its last checkpoint (`demo_checks`): the distance below the "
            f"unigram entropy beyond the eval set's noise, {'next-word' if causal else 'mask'} prediction for several parts of speech with different onsets, "

@@ -535,8 +535,9 @@ def as_run(run,  # a `Run` (returned as it is), a run folder or a model folder
     return Run.coerce(run)
 
 # %% ../nbs/05_timeline.ipynb #e9500b8d
-PHASE_COLUMNS = ['phase', 'step', 'step_lo', 'held_to', 'fell_back', 'value', 'lo', 'hi', 'reference', 'source', 'detail']
-# a phase happened in (step_lo, step]; its interval kept clearing up to `held_to` and no longer did at `fell_back` (empty: held to the end); lo-hi: the 95% interval of its value
+PHASE_COLUMNS = ['phase', 'step', 'step_lo', 'held_to', 'fell_back', 'sustained', 'value', 'lo', 'hi', 'reference', 'source', 'detail']
+# a phase happened in (step_lo, step]; its interval kept clearing up to `held_to` and no longer did at `fell_back` (empty: held to the end);
+# `sustained`: the step from which it clears at every later analysed step; lo-hi: the 95% interval of its value
 
 def eval_rows(run,  # a `Run`
              ) -> pd.DataFrame:  # its metrics rows that have an `eval_mlm_loss` (no rows when it logged none)
@@ -561,17 +562,23 @@ def first_clearing(steps,   # the measured steps, ascending
 def clearing_hold(steps,   # the measured steps, ascending (as given to `first_clearing`)
                   clears,  # per step, True where the interval clears its baseline
                   step,    # the onset `first_clearing` found (None: none)
-                 ) -> dict:  # held_to, fell_back: steps, or None
+                 ) -> dict:  # held_to, fell_back, sustained: steps, or None
     """Whether an onset held: `held_to`, the last measured step up to which the interval kept clearing without a break
-    (the onset itself when it came at the last step, so whether it holds is not yet known), and `fell_back`, the first
-    measured step after that whose interval no longer cleared (None: it held to the last step). Both None without an onset."""
-    if step is None: return dict(held_to=None, fell_back=None)
-    later = [(int(s), bool(c)) for s, c in zip(steps, clears) if int(s) >= int(step)]
+    (the onset itself when it came at the last step, so whether it holds is not yet known), `fell_back`, the first
+    measured step after that whose interval no longer cleared (None: it held to the last step), and `sustained`, the
+    first step from which the interval clears at every later measured step (the onset where it held; later where it
+    fell back and cleared again; None where the last step does not clear). All None without an onset."""
+    if step is None: return dict(held_to=None, fell_back=None, sustained=None)
+    sc = [(int(s), bool(c)) for s, c in zip(steps, clears)]
+    sustained = None
+    for s, c in reversed(sc):
+        if not c: break
+        sustained = s
     held = int(step)
-    for s, c in later:
-        if not c: return dict(held_to=held, fell_back=s)
+    for s, c in [(s, c) for s, c in sc if s >= int(step)]:
+        if not c: return dict(held_to=held, fell_back=s, sustained=sustained)
         held = s
-    return dict(held_to=held, fell_back=None)
+    return dict(held_to=held, fell_back=None, sustained=sustained)
 
 # %% ../nbs/05_timeline.ipynb #52430abb
 def unigram_entropy_of(run,  # a `Run`
@@ -618,7 +625,7 @@ def phases(self: Run) -> pd.DataFrame:
     dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
     registers the built-in ones). A phase not reached has no step and says so in `detail`."""
     d = pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
-    d = d.astype({'held_to': float, 'fell_back': float})      # steps, NaN where none (as `step`)
+    d = d.astype({'held_to': float, 'fell_back': float, 'sustained': float})      # steps, NaN where none (as `step`)
     fell = d['fell_back'].notna() & d['held_to'].notna()
     d.loc[fell, 'detail'] = [f"{t}; it fell back: the interval no longer cleared at step {int(f)} (it held to step {int(h)})"
                              for t, f, h in zip(d.loc[fell, 'detail'], d.loc[fell, 'fell_back'], d.loc[fell, 'held_to'])]
