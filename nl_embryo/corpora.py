@@ -427,8 +427,9 @@ def _train_counts(texts, tok, own: bool) -> np.ndarray:
     """How often each id of `tok` occurs in the train `texts`. Where `tok` is the corpus's own tokenizer (`own`), trained
     on these very texts, its folder keeps the counts of that training (`unigram.npy`, English's): they are read, not
     counted a second time (an encoding of the whole train split, ~8 s for English)."""
-    f = Path(getattr(tok, 'name_or_path', None) or '.')/'unigram.npy'
-    if own and f.is_file() and len(counts := np.load(f)) == len(tok): return counts
+    folder = getattr(tok, 'name_or_path', None)       # the folder it was loaded from (none: a tokenizer built in memory)
+    f = Path(folder)/'unigram.npy' if own and folder else None
+    if f is not None and f.is_file() and len(counts := np.load(f)) == len(tok): return counts
     ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
     return np.bincount(np.concatenate([np.zeros(0, np.int64)] + [np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
 
