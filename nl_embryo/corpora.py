@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_corpora.ipynb #5a9f8a42
 from __future__ import annotations
-import hashlib, json, random, re, time, warnings
+import hashlib, io, json, random, re, time, warnings, zipfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
@@ -12,18 +12,18 @@ from typing import Callable, Iterable, NamedTuple
 import numpy as np
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_dir, build_lock, cache_path, human_size
+from .core import NlEmbryoError, atomic_dir, atomic_write_bytes, build_lock, cache_path, human_size
 from .splits import TextSource, eval_sentences, register_text_source, sentence_loader, take_split, text_source, SPLIT_VERSION
 from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
-           'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'copy_corpus',
-           'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer',
-           'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus',
-           'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus', 'tokenizer_dir', 'get_tokenizer',
-           'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir', 'build_corpus', 'load_corpus',
-           'corpus_table']
+           'MATCHED_TOKENS', 'ENCODE_CACHE_CHARS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus',
+           'copy_corpus', 'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece',
+           'char_tokenizer', 'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus',
+           'register_text_corpus', 'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus',
+           'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir',
+           'encode_texts', 'build_corpus', 'load_corpus', 'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -600,6 +600,43 @@ def _match_tokens(blocks: np.ndarray, n_tokens: int, seed: int) -> tuple[np.ndar
     parts = [blocks] * reps + ([blocks[np.sort(rng.choice(len(blocks), rest, replace=False))]] if rest else [])
     return np.concatenate(parts), need / len(blocks)
 
+# %% ../nbs/02_corpora.ipynb #e3c0de01
+ENCODE_CACHE_CHARS = 1_000_000      # texts of at least this many characters in all keep their encoding in the cache
+
+def encode_texts(tok,                       # a transformers fast tokenizer
+                 texts: list[str],          # the texts, in order (repeats allowed)
+                 dtype=np.uint16,           # the dtype of the ids
+                 desc: str = 'texts',       # the progress bar's label
+                 quiet: bool = True,        # no progress bar
+                 cache: bool | None = None, # keep and read the ids in the cache (None: when the texts hold `ENCODE_CACHE_CHARS` characters)
+                ) -> list[np.ndarray]:      # one id array per text, without special tokens (a repeated text shares its array)
+    """The token ids of every text, each distinct text encoded once. A large set of texts is encoded once per tokenizer:
+    the ids of its distinct texts are kept in the cache (`derived/ids-TOKENIZER-TEXTS.npz`, named by `tokenizer_hash` and
+    the sha256 of the sorted distinct texts), so the same corpus at another block size, or another corpus over the same
+    texts in any order or with repeats (`english-repeat`, the copy-mixed corpora), reads them. A damaged entry is encoded again."""
+    if not texts: return []
+    uniq = sorted(set(texts))
+    if cache is None: cache = sum(map(len, uniq)) >= ENCODE_CACHE_CHARS
+    ids_of, path = None, None
+    if cache:
+        h = hashlib.sha256()
+        for t in uniq: h.update(t.encode()); h.update(b'\0')
+        path = cache_path('derived', f"ids-{tokenizer_hash(tok)}-{h.hexdigest()[:16]}.npz")
+        try:
+            with np.load(path) as z: ids, ends = z['ids'], z['ends']         # numbers only: never unpickled
+            if len(ends) == len(uniq) and ids.dtype == np.dtype(dtype) and ends[-1] == len(ids): ids_of = np.split(ids, ends[:-1])
+        except FileNotFoundError: pass
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile): pass      # damaged (its zip checksums): encode again, replace it
+    if ids_of is None:
+        ids_of = []
+        for j in tqdm(range(0, len(uniq), 2000), desc=f"tokenising {desc}", disable=quiet, unit_scale=2000, unit='seq'):
+            ids_of += [np.asarray(e.ids, dtype=dtype) for e in tok.backend_tokenizer.encode_batch(uniq[j:j+2000], add_special_tokens=False)]
+        if path is not None:
+            buf = io.BytesIO(); np.savez(buf, ids=np.concatenate(ids_of), ends=np.cumsum([len(a) for a in ids_of], dtype=np.int64))
+            atomic_write_bytes(path, buf.getvalue())
+    at = dict(zip(uniq, ids_of))
+    return [at[t] for t in texts]
+
 # %% ../nbs/02_corpora.ipynb #277d6967
 def _open(path: Path) -> PackedCorpus:
     header = json.loads((path/'header.json').read_text())
@@ -633,16 +670,13 @@ def _build_corpus(name, spec, path, block_size, vocab_size, n_tokens, seed, eval
     if len(items) == 0:
         raise NlEmbryoError(f"corpus {name!r} is empty: its source gave no sequences", f"check its data with `nl-embryo data list` and fetch it: nl-embryo data fetch")
     dtype = np.uint16 if len(tok) <= np.iinfo(np.uint16).max else np.int32
+    if not spec.artificial:     # texts, and id arrays a source may mix in (they pass as they are)
+        encs = iter(encode_texts(tok, [x for x in items if isinstance(x, str)], dtype, desc=name, quiet=quiet))
+        items = [next(encs) if isinstance(x, str) else x for x in items]
     def ids_of(idx):
-        if spec.artificial:
-            for i in idx: yield items[i]
-            return
-        for j in tqdm(range(0, len(idx), 2000), desc=f"tokenising {name}", disable=quiet, unit_scale=2000, unit='seq'):
-            chunk = [items[i] for i in idx[j:j+2000]]        # texts, and id arrays a source may mix in (they pass as they are)
-            encs = iter(tok.backend_tokenizer.encode_batch([x for x in chunk if isinstance(x, str)], add_special_tokens=False))
-            for x in chunk:
-                ids = next(encs).ids if isinstance(x, str) else x
-                if len(ids): yield np.asarray(ids, dtype=dtype)
+        for i in idx:
+            if spec.artificial: yield items[i]
+            elif len(items[i]): yield np.asarray(items[i], dtype=dtype)
     cls_id, sep_id = tok.cls_token_id, tok.sep_token_id
     train = pack_blocks(ids_of(np.flatnonzero(~is_eval)), block_size, cls_id, sep_id, dtype)
     evalb = pack_blocks(ids_of(np.flatnonzero(is_eval)), block_size, cls_id, sep_id, dtype)
