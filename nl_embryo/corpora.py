@@ -17,13 +17,13 @@ from .splits import TextSource, eval_sentences, register_text_source, sentence_l
 from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
-           'MATCHED_TOKENS', 'ENCODE_CACHE_CHARS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus',
+__all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'ENCODE_CACHE_CHARS', 'CORPUS_FORMAT',
+           'DEFAULT_ARTIFICIAL_TOKENS', 'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus',
            'copy_corpus', 'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece',
            'char_tokenizer', 'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus',
            'register_text_corpus', 'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus',
-           'tokenizer_dir', 'get_tokenizer', 'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir',
-           'encode_texts', 'build_corpus', 'load_corpus', 'corpus_table']
+           'tokenizer_dir', 'get_tokenizer', 'encode_texts', 'english_unigram', 'corpus_sources', 'PackedCorpus',
+           'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -426,12 +426,13 @@ def put_between(items: list,     # the sequences, in their order
 def _train_counts(texts, tok, own: bool) -> np.ndarray:
     """How often each id of `tok` occurs in the train `texts`. Where `tok` is the corpus's own tokenizer (`own`), trained
     on these very texts, its folder keeps the counts of that training (`unigram.npy`, English's): they are read, not
-    counted a second time (an encoding of the whole train split, ~8 s for English)."""
+    counted a second time (an encoding of the whole train split, ~8 s for English); other texts are encoded by
+    `encode_texts`, which keeps a large set's ids in the cache."""
     folder = getattr(tok, 'name_or_path', None)       # the folder it was loaded from (none: a tokenizer built in memory)
     f = Path(folder)/'unigram.npy' if own and folder else None
     if f is not None and f.is_file() and len(counts := np.load(f)) == len(tok): return counts
-    ids = [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
-    return np.bincount(np.concatenate([np.zeros(0, np.int64)] + [np.asarray(x, dtype=np.int64) for x in ids]), minlength=len(tok))
+    ids = encode_texts(tok, list(texts), np.uint16 if len(tok) <= np.iinfo(np.uint16).max else np.int32)   # kept in the cache when large
+    return np.bincount(np.concatenate([np.zeros(0, np.int64)] + ids).astype(np.int64), minlength=len(tok))
 
 def _with_copies(source, share: float, tokenizer: str, own: bool = False):
     """A split source: `source`'s train texts with copy segments (`copy_corpus` over the train text's own unigram) put
@@ -530,6 +531,43 @@ def get_tokenizer(name: str = 'english',  # a tokenizer of `TOKENIZERS`: english
             if name == 'english': np.save(tmp/'unigram.npy', counts)    # the English unigram, which the Zipf corpora draw from
     return AutoTokenizer.from_pretrained(folder)
 
+# %% ../nbs/02_corpora.ipynb #e3c0de01
+ENCODE_CACHE_CHARS = 1_000_000      # texts of at least this many characters in all keep their encoding in the cache
+
+def encode_texts(tok,                       # a transformers fast tokenizer
+                 texts: list[str],          # the texts, in order (repeats allowed)
+                 dtype=np.uint16,           # the dtype of the ids
+                 desc: str = 'texts',       # the progress bar's label
+                 quiet: bool = True,        # no progress bar
+                 cache: bool | None = None, # keep and read the ids in the cache (None: when the texts hold `ENCODE_CACHE_CHARS` characters)
+                ) -> list[np.ndarray]:      # one id array per text, without special tokens (a repeated text shares its array)
+    """The token ids of every text, each distinct text encoded once. A large set of texts is encoded once per tokenizer:
+    the ids of its distinct texts are kept in the cache (`derived/ids-TOKENIZER-TEXTS.npz`, named by `tokenizer_hash` and
+    the sha256 of the sorted distinct texts), so the same corpus at another block size, or another corpus over the same
+    texts in any order or with repeats (`english-repeat`, the copy-mixed corpora), reads them. A damaged entry is encoded again."""
+    if not texts: return []
+    uniq = sorted(set(texts))
+    if cache is None: cache = sum(map(len, uniq)) >= ENCODE_CACHE_CHARS
+    ids_of, path = None, None
+    if cache:
+        h = hashlib.sha256()
+        for t in uniq: h.update(t.encode()); h.update(b'\0')
+        path = cache_path('derived', f"ids-{tokenizer_hash(tok)}-{h.hexdigest()[:16]}.npz")
+        try:
+            with np.load(path) as z: ids, ends = z['ids'], z['ends']         # numbers only: never unpickled
+            if len(ends) == len(uniq) and ids.dtype == np.dtype(dtype) and ends[-1] == len(ids): ids_of = np.split(ids, ends[:-1])
+        except FileNotFoundError: pass
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile): pass      # damaged (its zip checksums): encode again, replace it
+    if ids_of is None:
+        ids_of = []
+        for j in tqdm(range(0, len(uniq), 2000), desc=f"tokenising {desc}", disable=quiet, unit_scale=2000, unit='seq'):
+            ids_of += [np.asarray(e.ids, dtype=dtype) for e in tok.backend_tokenizer.encode_batch(uniq[j:j+2000], add_special_tokens=False)]
+        if path is not None:
+            buf = io.BytesIO(); np.savez(buf, ids=np.concatenate(ids_of), ends=np.cumsum([len(a) for a in ids_of], dtype=np.int64))
+            atomic_write_bytes(path, buf.getvalue())
+    at = dict(zip(uniq, ids_of))
+    return [at[t] for t in texts]
+
 # %% ../nbs/02_corpora.ipynb #0fb94a4c
 def english_unigram(vocab_size: int = 8000, # the number of pieces of the English tokenizer
                    ) -> np.ndarray:         # (vocab_size,) int64 counts, 0 for the special tokens
@@ -599,43 +637,6 @@ def _match_tokens(blocks: np.ndarray, n_tokens: int, seed: int) -> tuple[np.ndar
     reps, rest = divmod(need, len(blocks))
     parts = [blocks] * reps + ([blocks[np.sort(rng.choice(len(blocks), rest, replace=False))]] if rest else [])
     return np.concatenate(parts), need / len(blocks)
-
-# %% ../nbs/02_corpora.ipynb #e3c0de01
-ENCODE_CACHE_CHARS = 1_000_000      # texts of at least this many characters in all keep their encoding in the cache
-
-def encode_texts(tok,                       # a transformers fast tokenizer
-                 texts: list[str],          # the texts, in order (repeats allowed)
-                 dtype=np.uint16,           # the dtype of the ids
-                 desc: str = 'texts',       # the progress bar's label
-                 quiet: bool = True,        # no progress bar
-                 cache: bool | None = None, # keep and read the ids in the cache (None: when the texts hold `ENCODE_CACHE_CHARS` characters)
-                ) -> list[np.ndarray]:      # one id array per text, without special tokens (a repeated text shares its array)
-    """The token ids of every text, each distinct text encoded once. A large set of texts is encoded once per tokenizer:
-    the ids of its distinct texts are kept in the cache (`derived/ids-TOKENIZER-TEXTS.npz`, named by `tokenizer_hash` and
-    the sha256 of the sorted distinct texts), so the same corpus at another block size, or another corpus over the same
-    texts in any order or with repeats (`english-repeat`, the copy-mixed corpora), reads them. A damaged entry is encoded again."""
-    if not texts: return []
-    uniq = sorted(set(texts))
-    if cache is None: cache = sum(map(len, uniq)) >= ENCODE_CACHE_CHARS
-    ids_of, path = None, None
-    if cache:
-        h = hashlib.sha256()
-        for t in uniq: h.update(t.encode()); h.update(b'\0')
-        path = cache_path('derived', f"ids-{tokenizer_hash(tok)}-{h.hexdigest()[:16]}.npz")
-        try:
-            with np.load(path) as z: ids, ends = z['ids'], z['ends']         # numbers only: never unpickled
-            if len(ends) == len(uniq) and ids.dtype == np.dtype(dtype) and ends[-1] == len(ids): ids_of = np.split(ids, ends[:-1])
-        except FileNotFoundError: pass
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile): pass      # damaged (its zip checksums): encode again, replace it
-    if ids_of is None:
-        ids_of = []
-        for j in tqdm(range(0, len(uniq), 2000), desc=f"tokenising {desc}", disable=quiet, unit_scale=2000, unit='seq'):
-            ids_of += [np.asarray(e.ids, dtype=dtype) for e in tok.backend_tokenizer.encode_batch(uniq[j:j+2000], add_special_tokens=False)]
-        if path is not None:
-            buf = io.BytesIO(); np.savez(buf, ids=np.concatenate(ids_of), ends=np.cumsum([len(a) for a in ids_of], dtype=np.int64))
-            atomic_write_bytes(path, buf.getvalue())
-    at = dict(zip(uniq, ids_of))
-    return [at[t] for t in texts]
 
 # %% ../nbs/02_corpora.ipynb #277d6967
 def _open(path: Path) -> PackedCorpus:
