@@ -226,6 +226,25 @@ def _canonical(tok, texts):   # `canonical_ids`, and the count of each new id in
     return tok, counts
 
 # %% ../nbs/02_corpora.ipynb #65ce9674
+def _wordpiece_pipeline(lowercase: bool):
+    from tokenizers import Tokenizer, models, pre_tokenizers, normalizers, decoders
+    tok = Tokenizer(models.WordPiece(unk_token='[UNK]'))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None, clean_text=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+def _trainer_letters(texts, lowercase: bool) -> list[str]:
+    """The pieces the WordPiece trainer starts from: every character of the words, then `##` and each character that
+    follows another inside a word, each sorted. The trainer numbers the `##` ones in a hash map's order, which differs
+    from run to run and breaks ties between equally frequent pairs differently (so the vocabulary did); given first, in
+    this order, they get the same ids in every run. Found by a training that stops before its first merge."""
+    from tokenizers import trainers
+    probe = _wordpiece_pipeline(lowercase)
+    probe.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=1, special_tokens=SPECIAL_TOKENS, show_progress=False))
+    pieces = [p for p in probe.get_vocab(with_added_tokens=False) if p not in SPECIAL_TOKENS]
+    return sorted(p for p in pieces if not (p.startswith('##') and len(p) > 2)) + sorted(p for p in pieces if p.startswith('##') and len(p) > 2)
+
 def train_wordpiece(texts: Iterable[str],        # the training texts (read twice: to train, then to count the pieces)
                     vocab_size: int = 8000,      # the number of ids, the five special tokens included
                     lowercase: bool = True,      # lower-case and strip accents (as BERT-base-uncased); False keeps both
@@ -234,18 +253,17 @@ def train_wordpiece(texts: Iterable[str],        # the training texts (read twic
                     with_counts: bool = False,   # also return how often each id occurs in `texts` (special tokens 0)
                    ):                            # a transformers fast tokenizer; with `with_counts`, (tokenizer, counts)
     """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
-    whose ids are the same on every machine (`canonical_ids`). The counts come from the pass that orders the ids: no
-    second encoding of the texts."""
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, normalizers, decoders
+    with the same vocabulary and ids in every run and on every machine (`_trainer_letters`, `canonical_ids`). The counts
+    come from the pass that orders the ids: no second encoding of the texts."""
+    from tokenizers import trainers
     texts = texts if isinstance(texts, list) else list(texts)    # read twice: to train, then to count the pieces
-    tok = Tokenizer(models.WordPiece(unk_token='[UNK]'))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None, clean_text=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=min_frequency,
-                                        show_progress=False)
+    tok = _wordpiece_pipeline(lowercase)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + _trainer_letters(texts, lowercase),
+                                        min_frequency=min_frequency, show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    tok, counts = _canonical(tok, texts)
+    fresh = _wordpiece_pipeline(lowercase); fresh.model = tok.model    # the letters given to the trainer are not special tokens
+    fresh.add_special_tokens(SPECIAL_TOKENS)
+    tok, counts = _canonical(fresh, texts)
     tok = _finish_tokenizer(tok, model_max_length)
     return (tok, counts) if with_counts else tok
 
