@@ -253,7 +253,7 @@ def train_wordpiece(texts: Iterable[str],        # the training texts (read twic
                     with_counts: bool = False,   # also return how often each id occurs in `texts` (special tokens 0)
                    ):                            # a transformers fast tokenizer; with `with_counts`, (tokenizer, counts)
     """Train a WordPiece tokenizer (BERT-style normaliser and pre-tokeniser) on `texts`; returns a transformers fast tokenizer
-    with the same vocabulary and ids in every run and on every machine (`_trainer_letters`, `canonical_ids`). The counts
+    with the same vocabulary and ids in every run and on every machine (the trainer is given its letters first, sorted; `canonical_ids`). The counts
     come from the pass that orders the ids: no second encoding of the texts."""
     from tokenizers import trainers
     texts = texts if isinstance(texts, list) else list(texts)    # read twice: to train, then to count the pieces
