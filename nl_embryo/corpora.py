@@ -562,7 +562,8 @@ def encode_texts(tok,                       # a transformers fast tokenizer
     """The token ids of every text, each distinct text encoded once. A large set of texts is encoded once per tokenizer:
     the ids of its distinct texts are kept in the cache (`derived/ids-TOKENIZER-TEXTS.npz`, named by `tokenizer_hash` and
     the sha256 of the sorted distinct texts), so the same corpus at another block size, or another corpus over the same
-    texts in any order or with repeats (`english-repeat`, the copy-mixed corpora), reads them. A damaged entry is encoded again."""
+    texts in any order or with repeats (`english-repeat`, the copy-mixed corpora), reads them. A damaged entry is encoded
+    again; where no entry can be written (a read-only cache), the ids come back all the same, unkept."""
     if not texts: return []
     uniq = sorted(set(texts))
     if cache is None: cache = sum(map(len, uniq)) >= ENCODE_CACHE_CHARS
@@ -574,15 +575,15 @@ def encode_texts(tok,                       # a transformers fast tokenizer
         try:
             with np.load(path) as z: ids, ends = z['ids'], z['ends']         # numbers only: never unpickled
             if len(ends) == len(uniq) and ids.dtype == np.dtype(dtype) and ends[-1] == len(ids): ids_of = np.split(ids, ends[:-1])
-        except FileNotFoundError: pass
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile): pass      # damaged (its zip checksums): encode again, replace it
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile): pass      # absent, or damaged (its zip checksums): encode, (re)write it
     if ids_of is None:
         ids_of = []
         for j in tqdm(range(0, len(uniq), 2000), desc=f"tokenising {desc}", disable=quiet, unit_scale=2000, unit='seq'):
             ids_of += [np.asarray(e.ids, dtype=dtype) for e in tok.backend_tokenizer.encode_batch(uniq[j:j+2000], add_special_tokens=False)]
         if path is not None:
             buf = io.BytesIO(); np.savez(buf, ids=np.concatenate(ids_of), ends=np.cumsum([len(a) for a in ids_of], dtype=np.int64))
-            atomic_write_bytes(path, buf.getvalue())
+            try: atomic_write_bytes(path, buf.getvalue())
+            except OSError: pass        # a read-only cache (shared, say): the ids are right, only not kept for the next build
     at = dict(zip(uniq, ids_of))
     return [at[t] for t in texts]
 

@@ -113,11 +113,15 @@ def masked_lm_logits(model,                    # a transformers `*ForMaskedLM` m
 def masked_ce(logits: torch.Tensor,  # MLM logits at the masked positions, (N, V)
               target: torch.Tensor,  # the original token ids at those positions, (N,)
              ):                      # (loss, accuracy), both scalar tensors
-    """Cross-entropy (in float32) and accuracy of MLM `logits` at the masked positions. The accuracy's argmax reads the
-    float32 copy the loss makes anyway: a CPU's argmax over bf16 logits is about 4x slower (15 against 4 ms for 1,024 x
-    8,000), and it picks the same token, since the copy is exact."""
+    """Cross-entropy (in float32) and accuracy of MLM `logits` at the masked positions: the accuracy is the argmax's, read
+    from the float32 copy the loss makes anyway (a CPU's argmax over bf16 logits is about 4x slower, and picks the same
+    token, since the copy is exact). On a CPU the argmax runs only over the rows whose target logit reaches the row's
+    maximum, the only rows it can hit: over all 1,024 x 8,000 logits it takes 24 ms on one core, the maximum 3.6 ms."""
     logits = logits.float()
-    return F.cross_entropy(logits, target), (logits.detach().argmax(-1) == target).float().mean()
+    loss, x = F.cross_entropy(logits, target), logits.detach()
+    if x.device.type != 'cpu' or not len(x): return loss, (x.argmax(-1) == target).float().mean()   # (a GPU's argmax is cheap)
+    can = x.gather(-1, target[:, None]).squeeze(-1) >= x.amax(-1)     # the target ties or tops the row's maximum
+    return loss, (x[can].argmax(-1) == target[can]).sum().float() / len(x)
 
 # %% ../nbs/04a_objectives.ipynb #fdae801c
 def mlm_objective(model,               # a transformers `*ForMaskedLM` model
