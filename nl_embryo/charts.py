@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text
+from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, cache_path
 
 # %% auto #0
 __all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'PNG_KEY', 'VEGA_MIME',
@@ -210,12 +210,34 @@ def baseline_rules(baselines: pd.DataFrame,  # one row per reference value
 CHART_FORMATS = ('html', 'png', 'svg')
 
 # %% ../nbs/04b_charts.ipynb #93bb6fb2
+def _bundle_file(vl_version) -> Path | None:
+    "The Vega bundle kept in the data cache for this vl-convert and Vega-Lite version, when its text matches the digest in its name."
+    import vl_convert as vlc
+    for f in cache_path('derived').glob(f"vega-embed-{vlc.__version__}-{vl_version}-*.js"):
+        try: text = f.read_bytes()
+        except OSError: continue
+        if hashlib.sha256(text).hexdigest()[:16] == f.stem.rsplit('-', 1)[-1]: return f
+    return None
+
 def cache_js_bundle() -> None:
-    """Let vl-convert build its JavaScript bundle once per process. altair asks it for the same bundle for every inline
-    (offline) HTML chart, and vl-convert builds it anew each time: about 0.6 s a chart on the project's CPU, 8 s of the
-    demo's analyses, which save 13 charts. The bundle depends on its arguments only, so a cache returns the same text."""
+    """Let vl-convert build its JavaScript bundle once per machine. altair asks it for the bundle of every inline (offline)
+    HTML chart, and building it takes about 2.3 s on the project's CPU, in every process that saves a chart. The bundle
+    depends on vl-convert's version and the Vega-Lite version only, so it is kept in the data cache
+    (`derived/vega-embed-VLCONVERT-VEGALITE-DIGEST.js`, read only when its text matches the digest) and in memory."""
     import functools, vl_convert as vlc
-    if not hasattr(vlc.javascript_bundle, 'cache_info'): vlc.javascript_bundle = functools.lru_cache(maxsize=4)(vlc.javascript_bundle)
+    if hasattr(vlc.javascript_bundle, 'cache_info'): return
+    build = vlc.javascript_bundle
+    @functools.lru_cache(maxsize=4)
+    def bundle(snippet=None, vl_version=None):
+        if snippet is not None: return build(snippet, vl_version=vl_version)
+        if f := _bundle_file(vl_version): return f.read_text(encoding='utf-8')
+        text = build(vl_version=vl_version)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        try: atomic_write_text(cache_path('derived', f"vega-embed-{vlc.__version__}-{vl_version}-{digest}.js"), text)
+        except OSError: pass    # a read-only cache: built again in the next process
+        return text
+    bundle.__wrapped__ = build
+    vlc.javascript_bundle = bundle
 
 # %% ../nbs/04b_charts.ipynb #b0de0230
 JS_BUNDLE_MARK = '// vega-embed.js bundle'   # how the inline Vega bundle of altair's offline HTML begins
@@ -247,9 +269,13 @@ def compact_png(chart,               # an Altair chart
                 scale: float = 2.0,  # the PNG's pixels per chart pixel
                ) -> bytes:           # the PNG file's bytes
     "A chart as PNG bytes (vl-convert, offline), reduced to a 256-colour palette when Pillow is there (about 10x smaller for these charts)."
-    import vl_convert as vlc
     use_theme()
-    png = vlc.vegalite_to_png(chart.to_dict(), scale=scale)
+    return _palette_png(chart.to_dict(), scale)
+
+def _palette_png(spec: dict, scale: float) -> bytes:
+    "`compact_png` of a chart's Vega-Lite `spec`."
+    import vl_convert as vlc
+    png = vlc.vegalite_to_png(spec, scale=scale)
     try: from PIL import Image
     except ImportError: return png
     buf = io.BytesIO()
@@ -319,7 +345,8 @@ def save_chart(chart,                     # an Altair chart
     """Save `chart` as `path.html` (renders offline: with the Vega JavaScript in one shared file beside it, or inlined),
     `path.png` (a 256-colour palette, `compact_png`) and/or `path.svg` (vl-convert), atomically; the written paths by format.
     A PNG already there that was drawn from the same spec at the same scale (`png_key`) is kept as it is."""
-    import vl_convert as vlc
+    import altair as alt, vl_convert as vlc
+    from altair.utils.html import spec_to_html
     path = Path(path); out = {}
     bad = set(formats) - set(CHART_FORMATS)
     if bad: raise NlEmbryoError(f"unknown chart format(s) {sorted(bad)}", f"choose among {', '.join(CHART_FORMATS)}")
@@ -327,12 +354,13 @@ def save_chart(chart,                     # an Altair chart
     spec = chart.to_dict()
     for f in formats:
         p = path.with_name(f"{path.name}.{f}")
-        if f == 'html':
-            html = chart.to_html(inline=True)
+        if f == 'html':     # `chart.to_html(inline=True)`, from the spec made above (altair would make and check it again)
+            html = spec_to_html(spec, mode='vega-lite', vegalite_version=alt.VEGALITE_VERSION, vegaembed_version=alt.VEGAEMBED_VERSION,
+                                vega_version=alt.VEGA_VERSION, template='inline')
             atomic_write_text(p, shared_js_bundle(html, p.parent) if shared_js else html)
         elif f == 'png':
             key = chart_key(spec, scale)
-            if png_key(p) != key: atomic_write_bytes(p, with_png_key(compact_png(chart, scale), key))
+            if png_key(p) != key: atomic_write_bytes(p, with_png_key(_palette_png(spec, scale), key))
         else: atomic_write_text(p, vlc.vegalite_to_svg(spec))
         out[f] = p
     return out

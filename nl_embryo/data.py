@@ -589,6 +589,8 @@ def _parse_brown(files, cats) -> pd.DataFrame:
         'verb_form': pd.Categorical(verb_form, ['', 'VB', 'VBP', 'VBD', 'VBG', 'VBN', 'VBZ'])})
 
 # %% ../nbs/01_data.ipynb #b546d455
+_BROWN_MEMO = {}   # the last Brown frame read in this process, by its cache name (which holds the data's digest)
+
 def load_brown_tagged(root=None,  # a folder in NLTK's Brown format (documents + cats.txt); None: the fetched `brown` source
                       ) -> pd.DataFrame:
     """The Brown corpus, one row per token, in corpus order (documents sorted by name):
@@ -603,26 +605,33 @@ def load_brown_tagged(root=None,  # a folder in NLTK's Brown format (documents +
     else: folder = Path(root).expanduser()
     files, cats = _brown_files(folder)
     cache = cache_path('derived', f"brown-tagged-{_brown_key(None if root is None else folder, files)}.parquet")
+    if (df := _BROWN_MEMO.get(cache.name)) is not None and cache.exists(): return df.copy()
+    df = None
     if cache.exists():
-        try: return pd.read_parquet(cache)
+        try: df = pd.read_parquet(cache)
         except Exception: pass  # unreadable: parse again
-    df = _parse_brown(files, cats)
-    buf = io.BytesIO(); df.to_parquet(buf, index=False)
-    atomic_write_bytes(cache, buf.getvalue())
-    return df
+    if df is None:
+        df = _parse_brown(files, cats)
+        buf = io.BytesIO(); df.to_parquet(buf, index=False)
+        atomic_write_bytes(cache, buf.getvalue())
+    _BROWN_MEMO.clear(); _BROWN_MEMO[cache.name] = df          # one corpus kept: the analyses of one process read it several times
+    return df.copy()
 
 # %% ../nbs/01_data.ipynb #ddbfead8
 def load_brown_sentences(root=None,  # a folder in NLTK's Brown format; None: the fetched `brown` source
                          ) -> pd.DataFrame:
     "The Brown sentences, one row each: `doc_id`, `genre`, `sent_id` (as in `load_brown_tagged`), `text` (the words joined by spaces)."
     df = load_brown_tagged(root)
-    starts = np.flatnonzero(df['token_id'].to_numpy() == 1)
-    bounds = np.append(starts, len(df))
-    words = df['word'].tolist()
-    first = df.iloc[starts]
-    return pd.DataFrame({'doc_id': first['doc_id'].to_numpy(), 'genre': first['genre'].to_numpy(),
-                         'sent_id': first['sent_id'].to_numpy(),
-                         'text': [' '.join(words[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]})
+    key = next(iter(_BROWN_MEMO)) + ':sentences'         # the frame just read, by its cache name
+    if (sents := _BROWN_MEMO.get(key)) is None:
+        starts = np.flatnonzero(df['token_id'].to_numpy() == 1)
+        bounds = np.append(starts, len(df))
+        words = df['word'].tolist()
+        first = df.iloc[starts]
+        sents = _BROWN_MEMO[key] = pd.DataFrame({'doc_id': first['doc_id'].to_numpy(), 'genre': first['genre'].to_numpy(),
+                                                 'sent_id': first['sent_id'].to_numpy(),
+                                                 'text': [' '.join(words[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]})
+    return sents.copy()
 
 # %% ../nbs/01_data.ipynb #3632d053
 def load_sotu() -> pd.DataFrame:

@@ -21,7 +21,7 @@ from .models import check_safetensors_weights, check_tokenizer_matches, is_causa
 from .objectives import EVAL_LOSSES, PLATEAU_MARGIN
 
 # %% auto #0
-__all__ = ['EVAL_TEXT_FILE', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
+__all__ = ['EVAL_TEXT_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
            'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'as_run', 'eval_rows',
            'first_clearing', 'clearing_hold', 'unigram_entropy_of', 'training_curves_chart']
 
@@ -485,6 +485,16 @@ def _checkpoint_id(self: Run, step: int) -> str:
                                                                     if k.endswith('.safetensors') or k.endswith('config.json')))
     return _content_id(path)
 
+# %% ../nbs/05_timeline.ipynb #9c1d2e7f
+GC_MODEL_BYTES = 256 * 2**20   # `Timeline.map` runs a full garbage collection after a checkpoint of at least this many bytes of weights
+
+def _needs_collection(model) -> bool:
+    """Whether to run a full garbage collection once an analysis is done with `model`: on an accelerator, or at
+    `GC_MODEL_BYTES` of weights or more. A collection costs about 0.3 s in a process that has loaded the chart libraries
+    (their schemas are millions of objects), 7% of a small run's analyses; reference counting frees a small model anyway."""
+    params = list(model.parameters()) if hasattr(model, 'parameters') else []
+    return any(p.device.type != 'cpu' for p in params[:1]) or sum(p.numel() * p.element_size() for p in params) >= GC_MODEL_BYTES
+
 # %% ../nbs/05_timeline.ipynb #e1a05788
 _CLEANED: set = set()   # the analysis folders cleaned of stale temporary files in this process
 
@@ -519,8 +529,10 @@ def map(self: Run,
         if cache and f.exists():
             frames.append(pd.read_parquet(f)); continue
         model, tok = self.load(s, eager=eager, device=device, part=part)
+        big = _needs_collection(model)
         df = fn(model, tok, data, **options)
-        del model; gc.collect()
+        del model
+        if big: gc.collect()    # free a large model before the next one loads (reference counting frees a small one)
         if not isinstance(df, pd.DataFrame): raise NlEmbryoError(f"analysis {getattr(fn, '__name__', fn)} returned {type(df).__name__}, not a DataFrame", "return a tidy pandas DataFrame")
         df = df.copy(); df.insert(0, 'step', s)
         if cache:
