@@ -86,3 +86,16 @@ def rhythm_gaps(nb: Path) -> list:
 def test_every_public_definition_has_prose_and_an_example():
     gaps = {nb.relative_to(PKG.parent/'nbs').as_posix(): g for nb in CHAPTERS if (g := rhythm_gaps(nb))}
     assert len(CHAPTERS) > 25 and not gaps, gaps
+
+
+def test_the_suites_schedules_name_files_that_exist():
+    """The suite runs the longest notebooks and test files first, by the seconds `tools/nbtest.py` and `conftest.py`
+    list: a renamed or deleted file there would silently lose its place in the order."""
+    import sys
+    sys.path.insert(0, str(PKG.parent/'tools'))
+    import nbtest
+    from conftest import FILE_SECONDS
+    nbs, tests = PKG.parent/'nbs', PKG.parent/'tests'
+    assert [k for k in nbtest.SECONDS if not (nbs/k).is_file()] == []
+    assert [k for k in FILE_SECONDS if not (tests/k).is_file()] == []
+    assert list(nbtest.SECONDS.values()) == sorted(nbtest.SECONDS.values(), reverse=True)

@@ -27,8 +27,8 @@ if [ "$(git status --porcelain -- nl_embryo nbs | md5sum)" != "$before" ]; then
   echo "nbdev_clean changed nbs/: run nbdev_clean and commit the result"; git status --short -- nbs; exit 1
 fi
 
-step "nbdev_test (notebook cells, slow ones included; NBDEV_TEST_FLAGS= skips them)"
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} $B/nbdev_test --n_workers 2 --timing ${NBDEV_TEST_FLAGS---flags slow}
+step "nbdev_test (notebook cells, slow ones included; NBDEV_TEST_FLAGS= skips them; the longest notebooks first)"
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} $B/python tools/nbtest.py --n_workers 2 --timing ${NBDEV_TEST_FLAGS---flags slow}
 
 
 step "docs build"
