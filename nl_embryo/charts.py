@@ -220,7 +220,7 @@ def _bundle_file(vl_version) -> Path | None:
     return None
 
 def cache_js_bundle() -> None:
-    """Let vl-convert build its JavaScript bundle once per machine. altair asks it for the bundle of every inline (offline)
+    """Let vl-convert build its JavaScript bundle once per data cache. altair asks it for the bundle of every inline (offline)
     HTML chart, and building it takes about 2.3 s on the project's CPU, in every process that saves a chart. The bundle
     depends on vl-convert's version and the Vega-Lite version only, so it is kept in the data cache
     (`derived/vega-embed-VLCONVERT-VEGALITE-DIGEST.js`, read only when its text matches the digest) and in memory."""
@@ -236,7 +236,6 @@ def cache_js_bundle() -> None:
         try: atomic_write_text(cache_path('derived', f"vega-embed-{vlc.__version__}-{vl_version}-{digest}.js"), text)
         except OSError: pass    # a read-only cache: built again in the next process
         return text
-    bundle.__wrapped__ = build
     vlc.javascript_bundle = bundle
 
 # %% ../nbs/04b_charts.ipynb #b0de0230

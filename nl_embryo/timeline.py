@@ -486,12 +486,12 @@ def _checkpoint_id(self: Run, step: int) -> str:
     return _content_id(path)
 
 # %% ../nbs/05_timeline.ipynb #9c1d2e7f
-GC_MODEL_BYTES = 256 * 2**20   # `Timeline.map` runs a full garbage collection after a checkpoint of at least this many bytes of weights
+GC_MODEL_BYTES = 256 * 2**20   # `Run.map` runs a full garbage collection after a checkpoint of at least this many bytes of weights
 
 def _needs_collection(model) -> bool:
     """Whether to run a full garbage collection once an analysis is done with `model`: on an accelerator, or at
-    `GC_MODEL_BYTES` of weights or more. A collection costs about 0.3 s in a process that has loaded the chart libraries
-    (their schemas are millions of objects), 7% of a small run's analyses; reference counting frees a small model anyway."""
+    `GC_MODEL_BYTES` of weights or more. A collection took 0.3 s in a process that had run the analyses and drawn their
+    charts (many live objects), 7% of the four analyses of a two-checkpoint mini run; reference counting frees a small model."""
     params = list(model.parameters()) if hasattr(model, 'parameters') else []
     return any(p.device.type != 'cpu' for p in params[:1]) or sum(p.numel() * p.element_size() for p in params) >= GC_MODEL_BYTES
 
