@@ -110,6 +110,30 @@ def _proc_one(task) -> tuple[str | None, list[str]]:
             else: os.environ['IN_TEST'] = in_test
     return err, [_short(str(w.message).strip().splitlines()[0], 200) for w in ws]
 
+# %% ../nbs/infra/docs.ipynb #23e6957e
+def _in_workers(fn,                # a function of one item; run in spawned workers when it can be imported there (its module is not `__main__`)
+                items: list,       # what to run it on (each picklable when workers run it)
+                n_workers: int,    # worker processes; 0 or 1: all in this process
+                bar: dict,         # tqdm's options for the progress bar (desc, disable, leave)
+                here_fn=None,      # what runs an item in this process instead of a worker (None: `fn`)
+               ):                  # yields (index into `items`, result or the exception raised), in the order they finish
+    """Yield `(i, fn(items[i]))` for every item as it finishes: in `n_workers` spawned processes, or in this one when
+    `fn` is defined in `__main__` (a notebook's cell, which a spawned worker cannot import) or when the workers cannot
+    start. An exception raised on an item is yielded as its result."""
+    from tqdm.auto import tqdm
+    here = list(range(len(items)))
+    if min(n_workers, len(items)) > 1 and fn.__module__ != '__main__':
+        here = []
+        with ProcessPoolExecutor(min(n_workers, len(items)), mp_context=mp.get_context('spawn')) as ex:
+            futs = {ex.submit(fn, it): i for i, it in enumerate(items)}
+            for f in tqdm(as_completed(futs), total=len(futs), **bar):
+                try: yield futs[f], f.result()
+                except BrokenProcessPool: here.append(futs[f])   # workers could not start (a script on stdin...)
+                except Exception as e: yield futs[f], e
+    for i in tqdm(here, total=len(here), **{**bar, 'disable': bar.get('disable') or not here}):
+        try: yield i, (here_fn or fn)(items[i])
+        except Exception as e: yield i, e
+
 # %% ../nbs/infra/docs.ipynb #7976b50f
 def process_notebooks(cfg,                           # nbdev's config of the project (as `nbdev_project` yields it)
                       n_workers: int | None = None,  # worker processes; None: up to 4 (fewer on fewer CPUs); 0 or 1: all in this process
@@ -121,7 +145,6 @@ def process_notebooks(cfg,                           # nbdev's config of the pro
     from nbdev.doclinks import nbglob
     from nbdev.serve import _proc_file
     from nbdev.serve_drv import main as nbdev_main
-    from tqdm.auto import tqdm
     nbs, cache = Path(cfg.nbs_path), Path(cfg.config_path)/'_proc'
     changed = max(Path(cfg.config_file).stat().st_mtime, Path(nbdev.serve.__file__).stat().st_mtime)
     if force or (cache.exists() and cache.stat().st_mtime < changed): shutil.rmtree(cache, ignore_errors=True)
@@ -133,24 +156,16 @@ def process_notebooks(cfg,                           # nbdev's config of the pro
     # a notebook is processed again when it is newer than its own processed copy (not than the folder: a build that
     # touched the folder without processing a notebook edited before it would hide that edit for good)
     tasks = [t for f in files if (t := _proc_file(f, cache, nbs))]
-    failed, warned, here = {}, {}, []
-    n = min(len(tasks), n_workers if n_workers is not None else min(4, os.cpu_count() or 1))
-    bar = dict(total=len(tasks), desc='processing notebooks', disable=quiet or len(tasks) < 2, leave=False)
-    def note(src, err, ws):
-        if err: failed[src] = err
-        if ws: warned[src] = ws
-    if n <= 1: here = tasks
-    else:
-        # workers are spawned, so they import what they run: this module's `_proc_one`, or nbdev's driver itself
-        # when `_proc_one` is defined in a notebook (as here) rather than imported
-        own = _proc_one.__module__ != '__main__'
-        with ProcessPoolExecutor(n, mp_context=mp.get_context('spawn')) as ex:
-            futs = {ex.submit(_proc_one if own else nbdev_main, t): t for t in tasks}
-            for f in tqdm(as_completed(futs), **bar):
-                try: note(futs[f][0], *(f.result() if own else (f.result(), [])))
-                except BrokenProcessPool: here.append(futs[f])   # workers could not start (a script on stdin...)
-                except Exception as e: note(futs[f][0], _err_text(e), [])
-    for t in tqdm(here, **{**bar, 'total': len(here)}): note(t[0], *_proc_one(t))
+    failed, warned = {}, {}
+    n = n_workers if n_workers is not None else min(4, os.cpu_count() or 1)
+    bar = dict(desc='processing notebooks', disable=quiet or len(tasks) < 2, leave=False)
+    # spawned workers import what they run: this module's `_proc_one`, or nbdev's driver itself when `_proc_one` is
+    # defined in a notebook (as here) rather than imported
+    own = _proc_one.__module__ != '__main__'
+    for i, got in _in_workers(_proc_one if own else nbdev_main, tasks, n, bar, here_fn=_proc_one):
+        err, ws = (_err_text(got), []) if isinstance(got, Exception) else (None, []) if got is None else got   # nbdev's driver returns None
+        if err: failed[tasks[i][0]] = err
+        if ws: warned[tasks[i][0]] = ws
     for src in failed: (cache/Path(src).relative_to(nbs)).unlink(missing_ok=True)
     cache.touch()
     rel = lambda d: {Path(s).relative_to(nbs).as_posix(): v for s, v in d.items()}
@@ -662,13 +677,31 @@ def nav_html(nav: list,      # the resolved sidebar (`resolve_sidebar`): noteboo
     return f'<nav class="nl-nav"><a class="nl-site" href="{_rel_href("index.html", current)}">{html.escape(site_title)}</a>{search}<ul>{items(nav)}</ul></nav>'
 
 # %% ../nbs/infra/docs.ipynb #2e99f26d
+class _Highlighted(str):
+    "pygments' html of a code cell's source (`html_exporter`'s `highlight_code`): pygments escaped every character of the source"
+
+def _clean_html(element):
+    "nbconvert's `clean_html` filter (bleach's sanitiser), except on pygments' html of a code cell (`_Highlighted`), which comes back as it is."
+    if isinstance(element, _Highlighted): return str(element)
+    from nbconvert.filters.strings import clean_html
+    return clean_html(element)
+
 def html_exporter():
     "nbconvert's html exporter as the fallback uses it: `lab` template, no prompts; MathJax and the widgets embed script left to `render_page` to point at the site."
     from nbconvert import HTMLExporter
+    from nbconvert.filters.highlight import Highlight2HTML
+    class Exporter(HTMLExporter):
+        def from_notebook_node(self, nb, resources=None, **kw):
+            # the `lab` template runs every code cell's highlighted html through bleach: a third of a page's time, for
+            # nothing, since pygments escapes the source; the highlighter's output is marked and `_clean_html` skips it
+            info = nb.metadata.get('language_info', {})
+            hl = Highlight2HTML(pygments_lexer=info.get('pygments_lexer', info.get('name', None)), parent=self)
+            self.filters = {**self.filters, 'highlight_code': lambda *a, **k: _Highlighted(hl(*a, **k))}
+            return super().from_notebook_node(nb, resources, **kw)
     # not embed_images: it re-parses each inline html tag on its own and so empties links like nbdev's `source` link;
     # the images a page refers to are copied next to it instead
-    return HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True,
-                        mathjax_url=_MATHJAX_SLOT, widget_renderer_url=_WIDGETS_SLOT)
+    return Exporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True,
+                    mathjax_url=_MATHJAX_SLOT, widget_renderer_url=_WIDGETS_SLOT, filters={'clean_html': _clean_html})
 
 # %% ../nbs/infra/docs.ipynb #a5e4d609
 def render_page(nb,                          # a prepared notebook (`prepare_notebook`); its metadata title is set
@@ -783,6 +816,10 @@ def search_entries(page_html: str,     # the html of a built page
     return res
 
 # %% ../nbs/infra/docs.ipynb #17634835
+def _write_search_js(site, entries: list) -> Path:
+    "Write the search index `entries` (`search_entries` of the pages) to `_static/search_index.js` in `site`."
+    return atomic_write_text(Path(site)/'_static'/'search_index.js', 'window.NL_SEARCH_INDEX = ' + json.dumps(entries, ensure_ascii=False, separators=(',', ':')) + ';\n')
+
 def write_search_index(site,         # the folder of the built html site
                        titles: dict, # page (path in the site) -> its title; pages missing from the site are skipped
                       ) -> Path:     # the index file written
@@ -790,7 +827,7 @@ def write_search_index(site,         # the folder of the built html site
     site, entries = Path(site), []
     for page, title in titles.items():
         if (site/page).exists(): entries += search_entries((site/page).read_text(encoding='utf-8'), page, title)
-    return atomic_write_text(site/'_static'/'search_index.js', 'window.NL_SEARCH_INDEX = ' + json.dumps(entries, ensure_ascii=False, separators=(',', ':')) + ';\n')
+    return _write_search_js(site, entries)
 
 # %% ../nbs/infra/docs.ipynb #0895f8bf
 def write_readme(proc_nb, # the processed index notebook (in `_proc/`)
@@ -854,7 +891,6 @@ def write_build_notes(proc: Path,                 # the processed folder (`_proc
     atomic_write_text(path, '\n'.join(lines) + '\n')
     return path
 
-
 # %% ../nbs/infra/docs.ipynb #c3ad3f93
 def _render_with_quarto(proc: Path, tmp: Path, site: dict):
     "`quarto render` in the processed folder; copy the site into `tmp`."
@@ -869,31 +905,47 @@ def _render_with_quarto(proc: Path, tmp: Path, site: dict):
 
 # %% ../nbs/infra/docs.ipynb #6fb71ac5
 _ASSETS = {'.png', '.jpg', '.jpeg', '.gif', '.svg', '.webp', '.css', '.js', '.json', '.csv', '.txt', '.pdf'}
+_EXPORTER = {}        # this process's html exporter, made once: a worker renders many pages
+_PARALLEL_PAGES = 8   # from this many pages on, the fallback renders them in worker processes (a worker's start costs about two pages)
 
-def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, errors: dict, quiet: bool):
+def _render_job(job: dict) -> dict:
+    """One page of `_render_with_nbconvert`, in a worker or in this process: the processed notebook `job['path']`
+    prepared (`prepare_notebook`) and rendered, its notebook links made page links; its html `text`, `charts` and search `entries`."""
+    try: nb = _read_nb(job['path']); _, charts = prepare_notebook(nb)
+    except Exception as e: return dict(error=f"could not be prepared for html: {_err_text(e)}")
+    ex = _EXPORTER.get('html') or _EXPORTER.setdefault('html', html_exporter())
+    try: text = render_page(nb, ex, job['nav'], f"{job['title']} – {job['site_title']}", current=job['page'], site_url=job['site_url'], base=job['path'].parent)
+    except Exception as e: return dict(error=f"nbconvert failed: {_err_text(e)}")
+    text = fix_notebook_links(text, job['page'], job['html_of'])
+    return dict(text=text, charts=charts, entries=search_entries(text, job['page'], job['title']))
+
+def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, errors: dict, quiet: bool, n_workers: int = 1):
     "The fallback: each processed notebook as a standalone html page with the shared sidebar; returns ({notebook: page}, charts)."
-    from tqdm.auto import tqdm
-    prepared, titles, html_of, charts = {}, {}, {}, 0
+    titles, html_of, charts = {}, {}, 0
     for rel in rels:
-        try: nb = _read_nb(proc/rel); fm, n = prepare_notebook(nb)
+        try: fm = _frontmatter(_read_nb(proc/rel), pop=False)
         except Exception as e: errors.setdefault(rel, []).append(f"could not be prepared for html: {_err_text(e)}"); continue
-        prepared[rel], titles[rel], html_of[rel] = nb, str(fm.get('title') or PurePosixPath(rel).stem), _page_name(rel, fm)
-        charts += n
+        titles[rel], html_of[rel] = str(fm.get('title') or PurePosixPath(rel).stem), _page_name(rel, fm)
     web = site.get('website') or {}
     sb = web.get('sidebar') if isinstance(web.get('sidebar'), dict) else {}
-    nav = resolve_sidebar(sb.get('contents', ['index.ipynb', '*.ipynb']), list(prepared))
+    nav = resolve_sidebar(sb.get('contents', ['index.ipynb', '*.ipynb']), list(html_of))
     site_title = str(web.get('title') or cfg.get('title', cfg.lib_name))
     site_url = f"{cfg.get('doc_host', '')}{cfg.get('doc_baseurl', '')}" if cfg.get('doc_host') else ''
-    ex, widgets, vega = html_exporter(), False, False
-    for rel in tqdm(prepared, desc='writing pages', disable=quiet or len(prepared) < 4, leave=False):
-        page = html_of[rel]
-        try: text = render_page(prepared[rel], ex, nav_html(nav, titles, html_of, page, site_title), f"{titles[rel]} – {site_title}",
-                                current=page, site_url=site_url, base=(proc/rel).parent)
-        except Exception as e: errors.setdefault(rel, []).append(f"nbconvert failed: {_err_text(e)}"); del html_of[rel]; continue
+    rels = list(html_of)
+    jobs = [dict(path=proc/rel, nav=nav_html(nav, titles, html_of, html_of[rel], site_title), title=titles[rel], site_title=site_title,
+                 page=html_of[rel], site_url=site_url, html_of=html_of) for rel in rels]
+    widgets, vega, entries = False, False, {}
+    bar = dict(desc='writing pages', disable=quiet or len(jobs) < 4, leave=False)
+    for i, got in _in_workers(_render_job, jobs, n_workers if len(jobs) >= _PARALLEL_PAGES else 1, bar):
+        rel, page = rels[i], jobs[i]['page']
+        if isinstance(got, Exception): got = dict(error=f"nbconvert failed: {_err_text(got)}")
+        if 'error' in got: errors.setdefault(rel, []).append(got['error']); continue
         (tmp/page).parent.mkdir(parents=True, exist_ok=True)
-        (tmp/page).write_text(fix_notebook_links(text, page, html_of), encoding='utf-8')
-        widgets |= f"'{_root(page)}_static/widgets/embed.js'" in text
-        vega |= has_live_chart(text)
+        (tmp/page).write_text(got['text'], encoding='utf-8')
+        widgets |= f"'{_root(page)}_static/widgets/embed.js'" in got['text']
+        vega |= has_live_chart(got['text'])
+        charts += got['charts']; entries[rel] = got['entries']
+    html_of = {rel: html_of[rel] for rel in rels if rel in entries}   # the pages written
     for f in proc.rglob('*'):   # images and other files the pages refer to
         r = f.relative_to(proc)
         if f.is_file() and f.suffix.lower() in _ASSETS and not any(s.startswith(('_', '.')) for s in r.parts):
@@ -903,14 +955,14 @@ def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, e
         (tmp/'index.html').write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(site_title)}</title></head>'
                                       f'<body><h1>{html.escape(site_title)}</h1><ul>{lis}</ul></body></html>', encoding='utf-8')
     copy_site_assets(tmp, widgets=widgets, vega=vega)
-    write_search_index(tmp, {html_of[r]: titles[r] for r in html_of})
+    _write_search_js(tmp, [e for r in html_of for e in entries[r]])   # what write_search_index would read back from the pages
     return html_of, charts
 
 # %% ../nbs/infra/docs.ipynb #293fc17b
 def build_docs(out=None,                       # the site folder; None: nbdev's `doc_path` (`_docs/`)
                use_quarto: bool | None = None, # True: Quarto (an error if not installed); False: nbconvert; None: Quarto if on PATH
                strict: bool = True,            # on errors in any page, raise and leave the site as it was; False: write it, errors in the report
-               n_workers: int | None = None,   # processes for nbdev's processors (`process_notebooks`); None: up to 4
+               n_workers: int | None = None,   # processes for nbdev's processors (`process_notebooks`) and the fallback's pages; None: up to 4
                root=None,                      # the project folder (`find_project`); None: found from the cwd up
                readme: bool = True,            # also write `README.md` from the index notebook
                force: bool = False,            # process every notebook again (`process_notebooks`), not only the changed ones
@@ -938,7 +990,8 @@ def build_docs(out=None,                       # the site folder; None: nbdev's 
             if use_quarto:
                 _render_with_quarto(proc, tmp, site)
                 pages, charts = {rel: _page_name(rel, _frontmatter(_read_nb(proc/rel))) for rel in ok}, 0
-            else: pages, charts = _render_with_nbconvert(proc, tmp, ok, site, cfg, errors, quiet)
+            else: pages, charts = _render_with_nbconvert(proc, tmp, ok, site, cfg, errors, quiet,
+                                                         n_workers if n_workers is not None else min(4, os.cpu_count() or 1))
             dead = check_links(tmp)
             errors = {rel: errors[rel] for rel in nbs if rel in errors}
             if strict and errors:

@@ -97,5 +97,6 @@ def test_the_suites_schedules_name_files_that_exist():
     from conftest import FILE_SECONDS
     nbs, tests = PKG.parent/'nbs', PKG.parent/'tests'
     assert [k for k in nbtest.SECONDS if not (nbs/k).is_file()] == []
+    assert [k for k in nbtest.FIRST if not (nbs/k).is_file()] == []
     assert [k for k in FILE_SECONDS if not (tests/k).is_file()] == []
     assert list(nbtest.SECONDS.values()) == sorted(nbtest.SECONDS.values(), reverse=True)
