@@ -601,11 +601,15 @@ def load_brown_tagged(root=None,  # a folder in NLTK's Brown format (documents +
     - `upos` (category): the universal tag (`brown_to_universal`);  `verb_form` (category): VB VBD VBG VBN VBZ or '' (`brown_verb_form`)
 
     `root`: a folder in NLTK's Brown format (documents + cats.txt); default: the fetched `brown` source."""
+    return _brown_frame(root)[0].copy()
+
+def _brown_frame(root=None) -> tuple[pd.DataFrame, str]:
+    "The tagged Brown frame that `load_brown_tagged` copies, as kept in this process, and its cache name (which holds the data's digest)."
     if root is None: folder = fetched_path('brown')/'package'
     else: folder = Path(root).expanduser()
     files, cats = _brown_files(folder)
     cache = cache_path('derived', f"brown-tagged-{_brown_key(None if root is None else folder, files)}.parquet")
-    if (df := _BROWN_MEMO.get(cache.name)) is not None and cache.exists(): return df.copy()
+    if (df := _BROWN_MEMO.get(cache.name)) is not None and cache.exists(): return df, cache.name
     df = None
     if cache.exists():
         try: df = pd.read_parquet(cache)
@@ -615,14 +619,14 @@ def load_brown_tagged(root=None,  # a folder in NLTK's Brown format (documents +
         buf = io.BytesIO(); df.to_parquet(buf, index=False)
         atomic_write_bytes(cache, buf.getvalue())
     _BROWN_MEMO.clear(); _BROWN_MEMO[cache.name] = df          # one corpus kept: the analyses of one process read it several times
-    return df.copy()
+    return df, cache.name
 
 # %% ../nbs/01_data.ipynb #ddbfead8
 def load_brown_sentences(root=None,  # a folder in NLTK's Brown format; None: the fetched `brown` source
                          ) -> pd.DataFrame:
     "The Brown sentences, one row each: `doc_id`, `genre`, `sent_id` (as in `load_brown_tagged`), `text` (the words joined by spaces)."
-    df = load_brown_tagged(root)
-    key = next(iter(_BROWN_MEMO)) + ':sentences'         # the frame just read, by its cache name
+    df, name = _brown_frame(root)                        # the kept frame, read only here: not copied
+    key = name + ':sentences'
     if (sents := _BROWN_MEMO.get(key)) is None:
         starts = np.flatnonzero(df['token_id'].to_numpy() == 1)
         bounds = np.append(starts, len(df))

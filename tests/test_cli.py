@@ -1,4 +1,5 @@
-"""`nl-embryo analyze` and `nl-embryo sweep` end to end through the console script (subprocesses, as a user runs them);
+"""`nl-embryo analyze` and `nl-embryo sweep` end to end: the four analyses through `main` in this process (test_demo.py
+runs them through the console script), the rest through the console script (subprocesses, as a user runs them);
 bad `analyze --steps` named by `main` in this process (on the shared `reference` run of conftest.py); bad input to
 `pretrain`, `analyze`, `sweep` and `convert_to_safetensors` stopped with the problem and the fix, losing nothing."""
 import os, shutil, subprocess
@@ -27,14 +28,15 @@ def tiny_run(tmp_path_factory, small_corpus):
                                    steps=4, batch_size=4, checkpoints='0,4', corpus_tokens=40_000), quiet=True)
 
 
-def test_analyze_writes_every_table(tiny_run):
-    r = run_cli('analyze', tiny_run, '--probes', 'pos', '--reconstruction', '--attention', '--knowledge', '--quiet')
+def test_analyze_writes_every_table(tiny_run, capsys):
+    rc, said = cli(capsys, 'analyze', tiny_run, '--probes', 'pos', '--reconstruction', '--attention', '--knowledge', '--quiet')
+    assert rc == 0, said[-3000:]
     for name in ('probes', 'reconstruction', 'attention', 'knowledge'):
         path = tiny_run/'analysis'/f'{name}.parquet'
-        assert path.exists(), f"{name}.parquet missing; output:\n{r.stdout}"
+        assert path.exists(), f"{name}.parquet missing; output:\n{said}"
         df = pd.read_parquet(path)
         assert len(df) > 0 and set(df['step']) == {0, 4}, (name, sorted(set(df['step'])))
-        assert f"{name}:" in r.stdout
+        assert f"{name}:" in said
     probes = pd.read_parquet(tiny_run/'analysis'/'probes.parquet')
     assert {'layer', 'task', 'metric', 'value'} <= set(probes.columns)
     assert set(probes['layer']) == set(range(5))          # embeddings + 4 layers of the mini preset

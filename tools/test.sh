@@ -45,6 +45,7 @@ bash tools/browser-deps.sh
 step "pytest (integration, CLI, fault and browser tests)"
 echo "(all earlier checks passed in $(( $(date +%s) - t0 )) s)"
 # two workers (pytest-xdist), a test file per worker at a time: each test runs torch on one thread (conftest.py); the files
-# go in the order conftest.py gives them, longest first (--no-loadscope-reorder: not by their number of tests)
-$B/python -m pytest tests -q -p no:cacheprovider -o tmp_path_retention_policy=failed -n 2 --dist loadfile --no-loadscope-reorder --durations=10
+# go in the order conftest.py gives them, longest first (--no-loadscope-reorder: not by their number of tests); every test
+# phase of 5 s or more is listed with its seconds, to keep conftest.py's order and the suite's time in view
+$B/python -m pytest tests -q -p no:cacheprovider -o tmp_path_retention_policy=failed -n 2 --dist loadfile --no-loadscope-reorder --durations=0 --durations-min=5
 
