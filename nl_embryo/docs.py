@@ -692,16 +692,19 @@ def html_exporter():
     from nbconvert.filters.highlight import Highlight2HTML
     class Exporter(HTMLExporter):
         def from_notebook_node(self, nb, resources=None, **kw):
-            # the `lab` template runs every code cell's highlighted html through bleach: a third of a page's time, for
-            # nothing, since pygments escapes the source; the highlighter's output is marked and `_clean_html` skips it
-            info = nb.metadata.get('language_info', {})
-            hl = Highlight2HTML(pygments_lexer=info.get('pygments_lexer', info.get('name', None)), parent=self)
-            self.filters = {**self.filters, 'highlight_code': lambda *a, **k: _Highlighted(hl(*a, **k))}
+            info = nb.metadata.get('language_info', {})   # the lexer, as nbconvert picks it for each notebook
+            hl.pygments_lexer = info.get('pygments_lexer', info.get('name', None)) or 'ipython3'
             return super().from_notebook_node(nb, resources, **kw)
     # not embed_images: it re-parses each inline html tag on its own and so empties links like nbdev's `source` link;
     # the images a page refers to are copied next to it instead
-    return Exporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True,
-                    mathjax_url=_MATHJAX_SLOT, widget_renderer_url=_WIDGETS_SLOT, filters={'clean_html': _clean_html})
+    ex = Exporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True,
+                  mathjax_url=_MATHJAX_SLOT, widget_renderer_url=_WIDGETS_SLOT, filters={'clean_html': _clean_html})
+    # the `lab` template runs every code cell's highlighted html through bleach: a quarter of a page's time, for nothing,
+    # since pygments escapes the source; the highlighter's output is marked, and `_clean_html` passes it through (set
+    # once: a change of `filters` makes nbconvert build its template environment again)
+    hl = Highlight2HTML(parent=ex)
+    ex.filters = {**ex.filters, 'highlight_code': lambda *a, **k: _Highlighted(hl(*a, **k))}
+    return ex
 
 # %% ../nbs/infra/docs.ipynb #a5e4d609
 def render_page(nb,                          # a prepared notebook (`prepare_notebook`); its metadata title is set
