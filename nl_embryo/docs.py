@@ -113,7 +113,7 @@ def _proc_one(task) -> tuple[str | None, list[str]]:
 # %% ../nbs/infra/docs.ipynb #23e6957e
 def _in_workers(fn,                # a function of one item; run in spawned workers when it can be imported there (its module is not `__main__`)
                 items: list,       # what to run it on (each picklable when workers run it)
-                n_workers: int,    # worker processes; 0 or 1: all in this process
+                n_workers: int | None, # worker processes; None: up to 4 (fewer on fewer CPUs); 0 or 1: all in this process
                 bar: dict,         # tqdm's options for the progress bar (desc, disable, leave)
                 here_fn=None,      # what runs an item in this process instead of a worker (None: `fn`)
                ):                  # yields (index into `items`, result or the exception raised), in the order they finish
@@ -121,6 +121,7 @@ def _in_workers(fn,                # a function of one item; run in spawned work
     `fn` is defined in `__main__` (a notebook's cell, which a spawned worker cannot import) or when the workers cannot
     start. An exception raised on an item is yielded as its result."""
     from tqdm.auto import tqdm
+    if n_workers is None: n_workers = min(4, os.cpu_count() or 1)
     here = list(range(len(items)))
     if min(n_workers, len(items)) > 1 and fn.__module__ != '__main__':
         here = []
@@ -157,12 +158,11 @@ def process_notebooks(cfg,                           # nbdev's config of the pro
     # touched the folder without processing a notebook edited before it would hide that edit for good)
     tasks = [t for f in files if (t := _proc_file(f, cache, nbs))]
     failed, warned = {}, {}
-    n = n_workers if n_workers is not None else min(4, os.cpu_count() or 1)
     bar = dict(desc='processing notebooks', disable=quiet or len(tasks) < 2, leave=False)
     # spawned workers import what they run: this module's `_proc_one`, or nbdev's driver itself when `_proc_one` is
     # defined in a notebook (as here) rather than imported
     own = _proc_one.__module__ != '__main__'
-    for i, got in _in_workers(_proc_one if own else nbdev_main, tasks, n, bar, here_fn=_proc_one):
+    for i, got in _in_workers(_proc_one if own else nbdev_main, tasks, n_workers, bar, here_fn=_proc_one):
         err, ws = (_err_text(got), []) if isinstance(got, Exception) else (None, []) if got is None else got   # nbdev's driver returns None
         if err: failed[tasks[i][0]] = err
         if ws: warned[tasks[i][0]] = ws
@@ -922,7 +922,7 @@ def _render_job(job: dict) -> dict:
     text = fix_notebook_links(text, job['page'], job['html_of'])
     return dict(text=text, charts=charts, entries=search_entries(text, job['page'], job['title']))
 
-def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, errors: dict, quiet: bool, n_workers: int = 1):
+def _render_with_nbconvert(proc: Path, tmp: Path, rels: list, site: dict, cfg, errors: dict, quiet: bool, n_workers: int | None = 1):
     "The fallback: each processed notebook as a standalone html page with the shared sidebar; returns ({notebook: page}, charts)."
     titles, html_of, charts = {}, {}, 0
     for rel in rels:
@@ -993,8 +993,7 @@ def build_docs(out=None,                       # the site folder; None: nbdev's 
             if use_quarto:
                 _render_with_quarto(proc, tmp, site)
                 pages, charts = {rel: _page_name(rel, _frontmatter(_read_nb(proc/rel))) for rel in ok}, 0
-            else: pages, charts = _render_with_nbconvert(proc, tmp, ok, site, cfg, errors, quiet,
-                                                         n_workers if n_workers is not None else min(4, os.cpu_count() or 1))
+            else: pages, charts = _render_with_nbconvert(proc, tmp, ok, site, cfg, errors, quiet, n_workers)
             dead = check_links(tmp)
             errors = {rel: errors[rel] for rel in nbs if rel in errors}
             if strict and errors:

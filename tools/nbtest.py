@@ -26,8 +26,9 @@ SECONDS = {'04_pretrain.ipynb': 154, '02_corpora.ipynb': 133, '12_knowledge.ipyn
            '03_models.ipynb': 13, 'tutorials/existing_checkpoints.ipynb': 12, 'tutorials/attention_explorer.ipynb': 11,
            'infra/docs.ipynb': 10}
 # started first, side by side: 02_corpora trains the tokenizers and packs the corpora that most notebooks read from the
-# data cache (cold on CI), and 01_data needs none of them. Started beside 02_corpora, 04_pretrain waited for the English
-# tokenizer: 154-158 s in the two CI runs that ran it so, 101-115 s in the four before, when it started after 01_data
+# data cache (cold on CI); 01_data uses neither (it reads the fetched sources, and the four derived tables the two
+# notebooks share are built once, under `derived_frame`'s lock). Started beside 02_corpora, 04_pretrain waited for the
+# English tokenizer: 154-158 s in the two CI runs that ran it so, 101-115 s in the four before, when it started after 01_data
 FIRST = ('02_corpora.ipynb', '01_data.ipynb')
 
 
