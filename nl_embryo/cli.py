@@ -46,6 +46,17 @@ def _corpus_build(args):
         build_corpus(name, block_size=args.block_size, vocab_size=args.vocab_size, n_tokens=args.n_tokens,
                      seed=args.seed, force=args.force)
 
+# %% ../nbs/15_cli.ipynb #a0e6d6d0
+def _corpus_add(args):
+    from nl_embryo.corpora import add_text_corpus
+    spec = add_text_corpus(args.name, args.paths, description=args.description, tokenizer=args.tokenizer, lowercase=not args.cased)
+    print(f"corpus {spec.name!r} stored: {spec.description}\n  its tokenizer: {spec.tokenizer}" + (' (its own, trained on its train documents when first built)' if spec.tokenizer == spec.name else '')
+          + f"\n  pre-train on it: nl-embryo pretrain --corpus {spec.name}")
+
+def _corpus_remove(args):
+    from nl_embryo.corpora import remove_text_corpus
+    for p in remove_text_corpus(args.name): print(f"removed {p}")
+
 # %% ../nbs/15_cli.ipynb #f8b9a7d0
 OBJECTIVE_ARCH = {'mlm': 'bert', 'electra': 'electra', 'script': 'script'}   # the architecture an objective implies alone
 
@@ -325,7 +336,7 @@ def _all_parsers(p: argparse.ArgumentParser):
 
 # %% ../nbs/15_cli.ipynb #38409fc9
 def _add_data_corpus(sub):
-    "`nl-embryo data` (fetch, list, verify) and `nl-embryo corpus` (list, build)."
+    "`nl-embryo data` (fetch, list, verify) and `nl-embryo corpus` (list, build, add, remove)."
     data = sub.add_parser('data', help='fetch and list the registered data').add_subparsers(dest='data_command', metavar='ACTION')
     data.required = True
     f = data.add_parser('fetch', help='fetch registered data into the cache (checksummed); no names: the default set')
@@ -346,6 +357,15 @@ def _add_data_corpus(sub):
     b.add_argument('--seed', type=int, default=0, help='seed of the generator and of the sequence order (default 0)')
     b.add_argument('--force', action='store_true', help='rebuild even if cached')
     b.set_defaults(func=_corpus_build)
+    a = corpus.add_parser('add', help='store text files as a corpus of your own (each file a document; one file: its blank-line blocks, or its lines)')
+    a.add_argument('name', metavar='NAME', help='the new corpus name (lowercase letters, digits, -_+.)')
+    a.add_argument('paths', nargs='+', metavar='FILE', help='UTF-8 text files, or folders of .txt files')
+    a.add_argument('--description', default=None, help='one line on what it holds (default: its files and size)')
+    a.add_argument('--tokenizer', default='own', help="own (a WordPiece trained on its train documents; the default) or a registered one, e.g. english")
+    a.add_argument('--cased', action='store_true', help='keep case (the default lowercases, as the English tokenizer does)')
+    a.set_defaults(func=_corpus_add)
+    r = corpus.add_parser('remove', help='delete a corpus of your own from the data cache (its text, builds and tokenizer)')
+    r.add_argument('name', metavar='NAME'); r.set_defaults(func=_corpus_remove)
 
 # %% ../nbs/15_cli.ipynb #6abb627d
 def make_parser(argv: list[str] | None = None,  # the command line it will parse: only the sub-command it names is built in full (None: every one)

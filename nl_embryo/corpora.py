@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_corpora.ipynb #5a9f8a42
 from __future__ import annotations
-import hashlib, io, json, random, re, time, warnings, zipfile
+import hashlib, io, json, random, re, shutil, time, warnings, zipfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
@@ -14,6 +14,8 @@ from tqdm.auto import tqdm
 
 from .core import NlEmbryoError, atomic_dir, atomic_write_bytes, build_lock, cache_path, human_size
 from .splits import TextSource, eval_sentences, register_text_source, sentence_loader, take_split, text_source, SPLIT_VERSION
+from .splits import SPLIT_SOURCES, unregister_text_source
+from .text_corpora import store_text_corpus, stored_text_corpora, text_corpus_dir, text_source_of
 from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
@@ -23,7 +25,8 @@ __all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'ENCO
            'char_tokenizer', 'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus',
            'register_text_corpus', 'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus',
            'tokenizer_dir', 'get_tokenizer', 'encode_texts', 'english_unigram', 'corpus_sources', 'PackedCorpus',
-           'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table']
+           'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table', 'register_stored_text_corpora',
+           'add_text_corpus', 'remove_text_corpus']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
 SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -514,7 +517,8 @@ for _spec in [
 # %% ../nbs/02_corpora.ipynb #6413d270
 def _check_name(name, table, what):
     if name not in table:
-        raise NlEmbryoError(f"unknown {what} {name!r}", f"choose one of: {', '.join(table)}")
+        own = f"; for a corpus of your own text, store it first: nl-embryo corpus add {name} FILE ..." if what == 'corpus' else ''
+        raise NlEmbryoError(f"unknown {what} {name!r}", f"choose one of: {', '.join(table)}{own}")
 
 def tokenizer_dir(name: str,              # a tokenizer of `TOKENIZERS`
                   vocab_size: int = 8000, # its number of pieces (not in the folder name of the character-level protein tokenizer)
@@ -769,3 +773,59 @@ def corpus_table():
     return pd.DataFrame([dict(name=c.name, tokenizer=c.tokenizer, kind='artificial' if c.artificial else 'real',
                               split='by document' if c.split_sources else 'random', built=(corpus_dir(c.name)/'header.json').exists(),
                               description=c.description) for c in CORPORA.values()])
+
+# %% ../nbs/02_corpora.ipynb #7d52a7c7
+_STORED: set = set()   # the names registered from the data cache's stored text corpora
+
+def _register_stored(entry: dict) -> CorpusSpec:
+    spec = register_text_corpus(entry['name'], entry['description'], text_source_of(entry), tokenizer=entry['tokenizer'],
+                                lowercase=entry['lowercase'], replace=True)
+    _STORED.add(entry['name'])
+    return spec
+
+def register_stored_text_corpora() -> list[str]:  # the names registered
+    "Register every text corpus stored in the data cache: done when this module is imported; call it again after pointing `NL_EMBRYO_DATA` elsewhere."
+    names = []
+    for e in stored_text_corpora():
+        if e['name'] not in _STORED and (e['name'] in CORPORA or e['name'] in TOKENIZERS or e['name'] in SPLIT_SOURCES):
+            warnings.warn(f"the stored text corpus in {text_corpus_dir(e['name'])} has the name of another corpus ({e['name']!r}): not registered", stacklevel=2)
+            continue
+        try: _register_stored(e); names.append(e['name'])
+        except NlEmbryoError as err: warnings.warn(f"the stored text corpus {e['name']!r} is not registered: {err.problem}", stacklevel=2)
+    return names
+
+def add_text_corpus(name: str,                      # the corpus name (lowercase letters, digits, `-_+.`), new
+                    paths,                          # text files, or folders of `.txt` files (`nl_embryo.text_corpora.read_text_documents`)
+                    description: str | None = None, # one line on what it holds (None: its files and size)
+                    tokenizer: str = 'own',         # 'own' (a WordPiece trained on its train documents) or a registered tokenizer, e.g. 'english'
+                    lowercase: bool = True,         # with tokenizer='own': lowercase the text
+                   ) -> CorpusSpec:                 # the corpus, as registered
+    "Store text files in the data cache as the corpus `name` and register it: from then on every process knows it by name."
+    if name in CORPORA or name in TOKENIZERS or name in SPLIT_SOURCES:
+        stored = name in _STORED
+        raise NlEmbryoError(f"corpus name {name!r} is taken" + (" by a stored text corpus" if stored else " by a corpus of nl_embryo's"),
+                            "choose another name (nl-embryo corpus list shows the corpora)" + (f", or remove it first: nl-embryo corpus remove {name}" if stored else ''))
+    if tokenizer != 'own' and tokenizer not in TOKENIZERS:
+        raise NlEmbryoError(f"unknown tokenizer {tokenizer!r}", f"use own (a tokenizer of the corpus's own) or one of: {', '.join(TOKENIZERS)}")
+    return _register_stored(store_text_corpus(name, paths, description, tokenizer, lowercase))
+
+# %% ../nbs/02_corpora.ipynb #b6500c4d
+def remove_text_corpus(name: str,      # a stored text corpus
+                      ) -> list[Path]: # the folders removed
+    "Delete a stored text corpus (its text, builds and own tokenizer) from the data cache and from `CORPORA`, `TOKENIZERS` and the split registry."
+    folder = text_corpus_dir(name)
+    if not folder.is_dir():
+        stored = ', '.join(e['name'] for e in stored_text_corpora()) or 'none'
+        raise NlEmbryoError(f"no text corpus {name!r} is stored in {folder.parent}", f"name a stored one (stored: {stored})")
+    built = lambda sub, tail: [p for p in sorted(cache_path(sub).glob(f'{name}-*')) if re.fullmatch(re.escape(name) + tail, p.name)]
+    removed = built('corpora', r'-b\d+-v\d+(-n\d+-s\d+)?') + built('tokenizers', r'-\d+-t\d+') + [folder]
+    for p in removed:
+        shutil.rmtree(p)
+        p.with_name(f".{p.name}.lock").unlink(missing_ok=True)     # `build_lock`'s file beside a build
+    if name in _STORED:
+        if CORPORA.pop(name).tokenizer == name: TOKENIZERS.pop(name, None)
+        if name in SPLIT_SOURCES: unregister_text_source(name)
+        _STORED.discard(name)
+    return removed
+
+register_stored_text_corpora()

@@ -158,7 +158,7 @@ class PretrainConfig:
     out: str = 'runs/demo'            # the run folder
     arch: str = 'bert'                # masked: bert | roberta | albert | electra | ale | script; causal: gpt2 | gpt-neox | llama
     preset: str = 'tiny'              # model size: mini | tiny | tiny2 | small | base (nl_embryo.models.PRESETS)
-    corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA)
+    corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA), or your own text stored by nl-embryo corpus add
     objective: str | None = None      # mlm | electra | script | clm (default: follows arch)
     recipe: str | None = None         # the recipe behind the options left at None: bert | mini | tiny | tiny2 | small | base (default: the preset's)
     steps: int = 300                  # optimizer steps

@@ -17,8 +17,9 @@ from . import data
 
 # %% auto #0
 __all__ = ['EVAL_FRACTION', 'SPLIT_VERSION', 'SPLITS', 'SPLIT_SOURCES', 'ENGLISH_SOURCES', 'document_splits', 'sotu_doc',
-           'turkish_doc', 'TextSource', 'register_text_source', 'sentence_loader', 'text_source', 'split_table',
-           'take_split', 'text_key', 'train_keys', 'english_train_keys', 'eval_sentences', 'eval_sentence_ids']
+           'turkish_doc', 'TextSource', 'register_text_source', 'unregister_text_source', 'sentence_loader',
+           'text_source', 'split_table', 'take_split', 'text_key', 'train_keys', 'english_train_keys', 'eval_sentences',
+           'eval_sentence_ids']
 
 # %% ../nbs/01a_splits.ipynb #16ff9997
 EVAL_FRACTION = 0.2
@@ -103,9 +104,20 @@ def register_text_source(source: TextSource,  # the entry: its name must be new,
     if not re.fullmatch(r'[a-z0-9][a-z0-9_+.-]*', source.name):
         raise NlEmbryoError(f"source name {source.name!r} is not lowercase letters, digits and '-', '_', '+', '.'", "rename it, e.g. 'my-texts'")
     SPLIT_SOURCES[source.name] = source
-    for cached in ('split_table', 'train_keys', 'eval_sentence_ids'):   # a replaced entry's split is drawn again
-        if cached in globals(): globals()[cached].cache_clear()
+    _forget_splits()                         # a replaced entry's split is drawn again
     return source
+
+def unregister_text_source(name: str,  # a registered source
+                          ) -> TextSource: # its entry, no longer registered
+    "Take a source out of the split registry (a corpus of your own that is removed); its cached split goes with it."
+    if name not in SPLIT_SOURCES: raise NlEmbryoError(f"source {name!r} has no registered split", f"registered: {', '.join(SPLIT_SOURCES) or 'none'}")
+    entry = SPLIT_SOURCES.pop(name)
+    _forget_splits()
+    return entry
+
+def _forget_splits():
+    for cached in ('split_table', 'train_keys', 'eval_sentence_ids'):
+        if cached in globals(): globals()[cached].cache_clear()
 
 # %% ../nbs/01a_splits.ipynb #12ea9e88
 ENGLISH_SOURCES = ('brown', 'sotu')

@@ -338,3 +338,30 @@ def test_pretrain_without_out_does_not_write_into_the_demo(tmp_path, monkeypatch
     from nl_embryo.cli import make_parser
     sub = next(a for a in make_parser()._actions if a.dest == 'command').choices
     assert sub['demo'].description and sub['docs'].description
+
+
+def test_your_own_text_is_a_corpus_that_every_process_knows(tmp_path, capsys, monkeypatch):
+    "`corpus add` stores text files in the data cache; a new process lists the corpus, `pretrain --corpus` trains on it, `corpus remove` deletes it."
+    import json, re
+    monkeypatch.setenv('NL_EMBRYO_DATA', str(tmp_path/'cache'))          # the subprocesses inherit it
+    letters = tmp_path/'letters'; letters.mkdir()
+    for i in range(40):
+        (letters/f'{i:02d}.txt').write_text(f"Dear friend number {i},\nthe harvest of year {1900 + i} was {'good' if i % 3 else 'poor'} and the river was {'high' if i % 2 else 'low'}.\n"
+                                            f"We sold {i * 7} sacks of grain at the market of the town, and bought a cow.\nYours truly, the farmer.\n")
+    rc, said = cli(capsys, 'corpus', 'add', 'letters', letters, '--description', 'forty letters')
+    assert rc == 0 and "corpus 'letters' stored: forty letters" in said and 'nl-embryo pretrain --corpus letters' in said, said
+    listed = run_cli('corpus', 'list').stdout                             # a new process finds it in the data cache
+    assert re.search(r'letters +letters +real +by document +False +forty letters', listed), listed
+    rc, said = cli(capsys, 'pretrain', '--corpus', 'letters', '--out', tmp_path/'run', '--preset', 'mini', '--block-size', 32, '--batch-size', 4,
+                   '--steps', 2, '--checkpoints', '0,2', '--eval-batches', 1, '--quiet')
+    assert rc == 0, said[-2000:]
+    header = json.loads((tmp_path/'run'/'config.json').read_text())['corpus']
+    assert (header['name'], header['tokenizer'], header['split']) == ('letters', 'letters', 'by document (split registry v1: letters)')
+    refused(*cli(capsys, 'corpus', 'add', 'letters', letters), "corpus name 'letters' is taken by a stored text corpus", 'nl-embryo corpus remove letters')
+    (tmp_path/'old.txt').write_bytes('café\n\nnaïve\n'.encode('latin-1'))
+    refused(*cli(capsys, 'corpus', 'add', 'old', tmp_path/'old.txt'), 'old.txt is not UTF-8 text (byte 3 is 0xe9)', 'iconv -f latin1 -t utf-8')
+    assert not (tmp_path/'cache'/'text'/'old').exists()
+    rc, said = cli(capsys, 'corpus', 'remove', 'letters')
+    assert rc == 0 and said.count('removed ') == 3 and not (tmp_path/'cache'/'text'/'letters').exists(), said
+    assert 'letters' not in run_cli('corpus', 'list').stdout
+    assert (tmp_path/'run'/'checkpoints'/'step2'/'tokenizer.json').exists()      # the run keeps its own tokenizer
