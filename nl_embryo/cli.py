@@ -49,8 +49,11 @@ def _corpus_build(args):
 # %% ../nbs/15_cli.ipynb #a0e6d6d0
 def _corpus_add(args):
     from nl_embryo.corpora import add_text_corpus
+    from nl_embryo.splits import split_table
     spec = add_text_corpus(args.name, args.paths, description=args.description, tokenizer=args.tokenizer, lowercase=not args.cased)
-    print(f"corpus {spec.name!r} stored: {spec.description}\n  its tokenizer: {spec.tokenizer}" + (' (its own, trained on its train documents when first built)' if spec.tokenizer == spec.name else '')
+    n = split_table(spec.name)['split'].value_counts()
+    print(f"corpus {spec.name!r} stored: {spec.description}\n  split by document: {n.get('train', 0):,} train, {n.get('eval', 0):,} eval (never trained on)"
+          f"\n  its tokenizer: {spec.tokenizer}" + (' (its own, trained on its train documents when first built)' if spec.tokenizer == spec.name else '')
           + f"\n  pre-train on it: nl-embryo pretrain --corpus {spec.name}")
 
 def _corpus_remove(args):

@@ -61,18 +61,20 @@ def read_text_documents(paths,  # text files, or folders of `.txt` files (severa
     "The documents and lines of text files, as a corpus of your own reads them; refuses files that are not UTF-8 text, and fewer than two documents."
     return _read_text(paths)[0]
 
-def _read_text(paths) -> tuple[pd.DataFrame, list[tuple[Path, str]]]:
-    files = _text_files(paths)
-    rows = []
+def _read_text(paths) -> tuple[pd.DataFrame, list[dict]]:
+    "The lines (`read_text_documents`) and, per file, its name in the corpus, path, size and sha256, each file read once."
+    files, rows, seen = _text_files(paths), [], []
     for path, name in tqdm(files, desc='reading text files', unit='file', disable=len(files) < 100, leave=False):
-        docs = _documents(name, _decode(path, path.read_bytes()), single=len(files) == 1)
+        raw = path.read_bytes()
+        seen.append(dict(name=name, path=str(path.resolve()), bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest()))
+        docs = _documents(name, _decode(path, raw), single=len(files) == 1)
         rows += [(doc, f"{doc}:{i}", line) for doc, lines in docs for i, line in enumerate(lines)]
     df = pd.DataFrame(rows, columns=['doc', 'sent_id', 'text'])
     if df.empty: raise NlEmbryoError(f"{', '.join(n for _, n in files)}: no text (empty, or only whitespace)", "pass files that hold text")
     if df['doc'].nunique() < 2:
         raise NlEmbryoError(f"{', '.join(n for _, n in files)}: one document with text ({df['doc'].iloc[0]}); the train and eval split is drawn by document and needs two or more",
                             "pass several files (each is a document), or separate the documents of one file by blank lines")
-    return df, files
+    return df, seen
 
 # %% ../nbs/02a_text_corpora.ipynb #b3a2ca1d
 def text_corpus_dir(name: str,  # a corpus name
@@ -94,11 +96,11 @@ def store_text_corpus(name: str,                     # the corpus name (lowercas
         raise NlEmbryoError(f"a text corpus {name!r} is stored already ({folder})", f"choose another name, or remove it first: nl-embryo corpus remove {name}")
     df, files = _read_text(paths)
     raw = df.to_parquet(index=False)
-    size = sum(p.stat().st_size for p, _ in files)
+    size = sum(f['bytes'] for f in files)
     entry = dict(format=TEXT_FORMAT, name=name, tokenizer=tokenizer, lowercase=bool(lowercase),
                  description=description or f"your text: {df['doc'].nunique():,} documents, {len(df):,} lines from {len(files)} file(s), {human_size(size)}",
                  n_documents=int(df['doc'].nunique()), n_lines=len(df), n_chars=int(df['text'].str.len().sum()), sha256=hashlib.sha256(raw).hexdigest(),
-                 files=[dict(name=n, path=str(p.resolve()), bytes=p.stat().st_size, sha256=hashlib.sha256(p.read_bytes()).hexdigest()) for p, n in files])
+                 files=files)
     with atomic_dir(folder) as tmp:
         (tmp/'documents.parquet').write_bytes(raw)
         (tmp/'entry.json').write_text(json.dumps(entry, indent=2))

@@ -350,6 +350,7 @@ def test_your_own_text_is_a_corpus_that_every_process_knows(tmp_path, capsys, mo
                                             f"We sold {i * 7} sacks of grain at the market of the town, and bought a cow.\nYours truly, the farmer.\n")
     rc, said = cli(capsys, 'corpus', 'add', 'letters', letters, '--description', 'forty letters')
     assert rc == 0 and "corpus 'letters' stored: forty letters" in said and 'nl-embryo pretrain --corpus letters' in said, said
+    assert 'split by document: 32 train, 8 eval (never trained on)' in said, said
     listed = run_cli('corpus', 'list').stdout                             # a new process finds it in the data cache
     assert re.search(r'letters +letters +real +by document +False +forty letters', listed), listed
     rc, said = cli(capsys, 'pretrain', '--corpus', 'letters', '--out', tmp_path/'run', '--preset', 'mini', '--block-size', 32, '--batch-size', 4,
