@@ -563,6 +563,7 @@ def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
     `eval_batches`, `h_unigram` the unigram entropy of the eval, `eval_split` the eval masks' split), as a namespace."""
     fetch_corpus_sources(cfg, quiet=quiet or not acc.is_main_process)   # a fresh clone fetches what the corpus reads
     corpus = load_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, cfg.corpus_tokens, quiet=quiet or not acc.is_main_process)
+    _check_same_corpus(cfg, corpus.header, old_info.get('corpus'))
     tok = corpus.tokenizer()
     train, evalb = corpus.train, corpus.eval
     if len(train) < 1: raise NlEmbryoError(f"corpus {cfg.corpus!r} has no training blocks", "build a larger corpus")
@@ -574,6 +575,16 @@ def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
     eval_split = eval_split_of(old_info)
     return SimpleNamespace(corpus=corpus, tok=tok, train=train, ws=ws, log_unigram=log_unigram, eval_batches=ev_batches,
                            h_unigram=h_unigram, eval_split=eval_split)
+
+_CORPUS_IDENTITY = ('tokenizer_hash', 'vocab_size', 'n_train_blocks', 'n_eval_blocks', 'n_tokens')   # what a resumed run's corpus must keep
+
+def _check_same_corpus(cfg, now: dict, was: dict | None) -> None:
+    "Refuse to resume on a corpus whose build differs from the one the run recorded at its start (its tokenizer or its blocks)."
+    changed = [k for k in _CORPUS_IDENTITY if was and k in was and was[k] != now.get(k)]
+    if changed:
+        raise NlEmbryoError(f"corpus {cfg.corpus!r} is not the build the run in {cfg.out} started on: its "
+                            + ', '.join(f"{k} {was[k]!r} -> {now.get(k)!r}" for k in changed) + "; resuming would continue on other data",
+                            "resume with the corpus the run started on (a corpus of your own: added again from the same files), or start a new run with another --out")
 
 # %% ../nbs/04_pretrain.ipynb #5e9a230b
 def fetch_corpus_sources(cfg: PretrainConfig,  # a resolved config: its corpus and the options of its build are read

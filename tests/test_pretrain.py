@@ -188,6 +188,11 @@ def test_resume_refuses_data_model_and_batch_changes(tmp_path, reference):
         with pytest.raises(NlEmbryoError, match=r'--resume cannot change') as e: train(run, steps=6, resume=True, **bad)
         assert said in str(e.value) and '--lr' in e.value.fix
     assert list(list_checkpoints(run)) == [0, 2, 4]
+    info = json.loads((run/'config.json').read_text())           # a corpus built anew, with other blocks, since the run started
+    info['corpus']['n_train_blocks'] += 1; (run/'config.json').write_text(json.dumps(info))
+    with pytest.raises(NlEmbryoError, match=r"corpus 'nested-zipf' is not the build the run in .* started on: its n_train_blocks (\d+) -> (\d+); resuming") as e:
+        train(run, steps=6, resume=True)
+    assert 'start a new run' in e.value.fix and list(list_checkpoints(run)) == [0, 2, 4] and json.loads((run/'config.json').read_text()) == info
 
 
 def test_metrics_are_rewritten_atomically_on_resume(tmp_path, reference, monkeypatch):
