@@ -103,13 +103,13 @@ def test_too_short_corpus(tmp_path):
         build_corpus('nested-zipf', block_size=512, n_tokens=600, quiet=True)
 
 
-def test_cli_error_is_clean(tmp_path):
+def test_cli_error_is_clean(tmp_path, capsys):
     r = subprocess.run(nl_embryo_cmd('pretrain', '--preset', 'huge', '--out', tmp_path/'r'), capture_output=True, text=True)
-    # the parser knows the presets: it names the bad value and the choices, before anything is written
+    # the parser knows the presets: it names the bad value and the choices, before anything is written (the console script)
     assert r.returncode == 2 and "invalid choice: 'huge'" in r.stderr and "'mini', 'tiny', 'tiny2', 'small', 'base'" in r.stderr
     assert 'Traceback' not in r.stderr and not (tmp_path/'r').exists()
-    r = subprocess.run(nl_embryo_cmd('pretrain', '--preset', 'mini', '--lr', '-1', '--out', tmp_path/'r'), capture_output=True, text=True)
-    assert r.returncode == 2 and '--lr -1.0 is not a learning rate' in r.stderr and 'fix:' in r.stderr and 'Traceback' not in r.stderr   # a value only the config can judge
+    rc, said = cli(capsys, 'pretrain', '--preset', 'mini', '--lr', '-1', '--out', tmp_path/'r')   # a value only the config can judge (`main` here)
+    assert rc == 2 and '--lr -1.0 is not a learning rate' in said and 'fix:' in said and 'Traceback' not in said and not (tmp_path/'r').exists()
 
 
 @pytest.mark.filterwarnings('ignore:.*unigram plateau')                # 6 steps end on it
