@@ -813,6 +813,8 @@ def add_text_corpus(name: str,                      # the corpus name (lowercase
 def remove_text_corpus(name: str,      # a stored text corpus
                       ) -> list[Path]: # the folders removed
     "Delete a stored text corpus (its text, builds and own tokenizer) from the data cache and from `CORPORA`, `TOKENIZERS` and the split registry."
+    if name in CORPORA and name not in _STORED:     # a corpus of nl_embryo's: its builds and tokenizer are not a stored corpus's to delete
+        raise NlEmbryoError(f"corpus {name!r} is one of nl_embryo's, not a stored text corpus", "name a corpus added with nl-embryo corpus add (nl-embryo corpus list)")
     folder = text_corpus_dir(name)
     if not folder.is_dir():
         stored = ', '.join(e['name'] for e in stored_text_corpora()) or 'none'

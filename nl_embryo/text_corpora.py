@@ -65,7 +65,8 @@ def _read_text(paths) -> tuple[pd.DataFrame, list[dict]]:
     "The lines (`read_text_documents`) and, per file, its name in the corpus, path, size and sha256, each file read once."
     files, rows, seen = _text_files(paths), [], []
     for path, name in tqdm(files, desc='reading text files', unit='file', disable=len(files) < 100, leave=False):
-        raw = path.read_bytes()
+        try: raw = path.read_bytes()
+        except OSError as e: raise NlEmbryoError(f"{path} cannot be read ({e.strerror or e})", "check that the file is readable (its permissions), or leave it out") from None
         seen.append(dict(name=name, path=str(path.resolve()), bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest()))
         docs = _documents(name, _decode(path, raw), single=len(files) == 1)
         rows += [(doc, f"{doc}:{i}", line) for doc, lines in docs for i, line in enumerate(lines)]
