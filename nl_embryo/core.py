@@ -13,7 +13,7 @@ import numpy as np
 __all__ = ['PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
            'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'build_lock', 'is_disk_full', 'sha256_file',
            'file_mode', 'remove_stale_temps', 'seed_everything', 'get_device', 'native_bf16', 'autocast_dtype',
-           'human_size', 'check_writable', 'torch_threads']
+           'human_size', 'available_memory', 'check_writable', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -225,6 +225,36 @@ def human_size(n: float,  # a number of bytes
     for unit in ['B', 'KB', 'MB', 'GB', 'TB']:
         if abs(n) < 1024 or unit == 'TB': return f"{n:.0f} {unit}" if unit == 'B' else f"{n:.1f} {unit}"
         n /= 1024
+
+# %% ../nbs/00_core.ipynb #e1ab9a56
+def _cgroup_room(root='/sys/fs/cgroup') -> int | None:
+    "Bytes the process's memory cgroup still allows (v2 `memory.max`, else v1 `memory.limit_in_bytes`); None where none is set."
+    for limit, used in (('memory.max', 'memory.current'), ('memory/memory.limit_in_bytes', 'memory/memory.usage_in_bytes')):
+        try: lim, cur = (Path(root)/limit).read_text().strip(), int((Path(root)/used).read_text())
+        except (OSError, ValueError): continue
+        if lim.isdigit() and int(lim) < 2**60: return max(int(lim) - cur, 0)
+        return None
+    return None
+
+def available_memory(device,  # a `torch.device` or its name
+                    ) -> int | None:  # bytes; None where it cannot be read (a device type other than cpu and cuda)
+    """The memory a new allocation on `device` can still get: on a GPU what the driver has free plus what torch holds
+    in its cache unused; on the CPU the kernel's estimate of available memory (`MemAvailable`, which counts reclaimable
+    page cache), or less where the process's memory cgroup allows less."""
+    import torch
+    device = torch.device(device)
+    if device.type == 'cuda':
+        if not torch.cuda.is_available(): return None
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    if device.type != 'cpu': return None
+    room = None
+    try: room = next(int(l.split()[1]) * 1024 for l in open('/proc/meminfo') if l.startswith('MemAvailable:'))
+    except (OSError, StopIteration, ValueError, IndexError):
+        try: room = os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+        except (ValueError, OSError, AttributeError): pass
+    cg = _cgroup_room()
+    return min(r for r in (room, cg) if r is not None) if (room, cg) != (None, None) else None
 
 # %% ../nbs/00_core.ipynb #4697beac
 def check_writable(path,                 # the folder to write into (it need not exist yet)

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
-                            is_disk_full, native_bf16, sha256_file, check_writable)
+                            is_disk_full, native_bf16, sha256_file, check_writable, available_memory)
 from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, corpus_sources, load_corpus, tokenizer_dir
 from .data import fetch, is_fetched
 from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, PAIR_ARCHS, CAUSAL_ARCHS,
@@ -32,7 +32,8 @@ from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model,
 __all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'Lamb', 'make_optimizer',
            'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'check_config', 'warmup_steps', 'batch_size_at',
            'data_position', 'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
-           'training_attention', 'fetch_corpus_sources', 'check_out_folder', 'pretrain', 'pretrain_seeds']
+           'training_attention', 'training_memory', 'fetch_corpus_sources', 'check_out_folder', 'pretrain',
+           'pretrain_seeds']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
@@ -496,6 +497,68 @@ def training_attention(device,     # the training device (a torch.device or its 
     32 x 128 971 against 1,231 ms; in float32 the two are level (537 against 543 ms). On CUDA the fused kernels win."""
     return 'eager' if torch.device(device).type == 'cpu' and bf16 else 'sdpa'
 
+# %% ../nbs/04_pretrain.ipynb #8cc99d43
+def training_memory(model,                # the model a run trains: a transformers model or an `ElectraPair`
+                    micro: int,           # blocks per micro-batch (one forward and backward)
+                    block_size: int,      # tokens per block
+                    bf16: bool = False,   # training under bf16 autocast: the kept activations take 2 bytes, not 4
+                    attention: str = 'sdpa',  # the training attention kernel (`training_attention`)
+                    causal: bool = False,     # a causal LM objective: the output layer over every position
+                   ) -> dict:             # bytes: weights, activations, eval, total
+    """A lower bound of the memory one training micro-batch of a run takes: `weights` (weights, gradients and the two
+    moments of Adam or LAMB: 16 bytes a parameter), `activations` (what the backward pass keeps: per layer and token
+    the inputs of its products, 7 x hidden + 2 x intermediate values; with `eager` attention also the attention weights,
+    heads x block values per token, which grow with the square of the block; the next-token logits of a causal model),
+    `eval` (the float32 eval forward: one layer's attention weights, a causal model's logits) and `total` (weights plus
+    the larger of the other two). What a real step adds (the MLM head's rows, temporaries, the allocator's slack) is
+    left out: a step that fits needs at least `total`."""
+    e, tokens = (2 if bf16 else 4), micro * block_size
+    acts = ev = 0
+    for m in ([model.generator, model.discriminator] if is_pair(model) else [model]):
+        c = m.config
+        h, n, a, v = c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.vocab_size
+        i = getattr(c, 'intermediate_size', None) or getattr(c, 'n_inner', None) or 4 * h
+        weights_per_token = a * block_size if attention == 'eager' else 0        # one row of each head's attention weights
+        acts += tokens * (n * (7 * h + 2 * i + weights_per_token) + (v if causal else 0)) * e
+        ev = max(ev, tokens * (weights_per_token + (v if causal else 0)) * 4)
+    weights = 16 * sum(p.numel() for p in model.parameters())
+    return dict(weights=weights, activations=acts, eval=ev, total=weights + max(acts, ev))
+
+# %% ../nbs/04_pretrain.ipynb #6882c88b
+def _largest(ok, hi: int) -> int | None:
+    "The largest n in 1..hi with ok(n), for an ok that holds up to some n and not beyond; None if ok(1) fails."
+    if not ok(1): return None
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+def _check_memory(cfg, model, micro: int, device, bf16: bool, processes: int = 1, free: int | None = None) -> None:
+    """Refuse, before the first step, a run whose micro-batch cannot fit in the memory `device` has left (`free`, default
+    `available_memory`; on a CPU the `processes` share it) by `training_memory`'s lower bound, with a fix that leaves room
+    for four times the bound's activations: accumulation over smaller micro-batches, else a shorter block, else a smaller model."""
+    free = available_memory(device) if free is None else free
+    if free is None: return
+    attention, causal, share = training_attention(device, bf16), cfg.objective == 'clm', processes if torch.device(device).type == 'cpu' else 1
+    mem = lambda m, L=cfg.block_size: training_memory(model, m, L, bf16, attention, causal)
+    if mem(micro)['total'] * share <= free: return
+    # a suggestion leaves room: a whole step took 1.6-3.1 times the bound beyond its weights (the chapter's measurements)
+    room = lambda d: (d['weights'] + 4 * max(d['activations'], d['eval'])) * share <= free
+    now = mem(micro)
+    what = (f"{micro} blocks of {cfg.block_size:,} tokens a micro-batch: weights, gradients and optimizer {human_size(now['weights'])}, "
+            f"activations at least {human_size(max(now['activations'], now['eval']))}" + (", most of it attention weights, which grow with the square of the block" if attention == 'eager' and cfg.block_size > 1024 else ''))
+    if (fits := _largest(lambda m: room(mem(m)), micro)) is not None:
+        fits = max(d for d in range(1, fits + 1) if micro % d == 0)
+        fix = (f"train the same batch in micro-batches of {fits} block(s): --grad-accum {cfg.grad_accum * micro // fits}, or use a smaller "
+               f"--batch-size or --block-size")
+    elif (L := _largest(lambda L: room(mem(1, L)), cfg.block_size)) is not None:
+        fix = f"use --block-size {L} or less (with --grad-accum {cfg.batch_size // processes} for micro-batches of one block), or a machine with more memory"
+    else:
+        fix = "the model itself does not fit: use a smaller --preset, or a machine with more memory"
+    raise NlEmbryoError(f"a training step of this run needs at least {human_size(now['total'] * share)} of memory on {device} ({what}), "
+                        f"more than the {human_size(free)} available" + (f" to its {processes} processes" if share > 1 else ''), fix)
+
 # %% ../nbs/04_pretrain.ipynb #fc3af4de
 def _accelerator(cfg):
     """The Accelerator of a run (bf16 autocast where `cfg.precision` asks for it or, under auto, where the device has
@@ -757,6 +820,25 @@ def check_out_folder(out,                   # the run folder (`PretrainConfig.ou
 import contextlib as _contextlib
 _nullcontext = _contextlib.nullcontext
 
+# %% ../nbs/04_pretrain.ipynb #a588b059
+_OOM_SIGNS = ("can't allocate memory", 'not enough memory', 'out of memory')
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    "Whether `e` is an allocation that failed: CUDA's `OutOfMemoryError`, the CPU allocator's RuntimeError, a MemoryError."
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (isinstance(e, RuntimeError) and any(s in str(e) for s in _OOM_SIGNS))
+
+@_contextlib.contextmanager
+def _named_out_of_memory(cfg, micro: int, device, run: Path, last_good):
+    "Turn a failed allocation inside the block into `NlEmbryoError` with the sizes, the fix and the run's last good checkpoint (`last_good()`)."
+    try: yield
+    except Exception as e:
+        if not _is_out_of_memory(e): raise
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise NlEmbryoError(f"out of memory on {device} with {micro} blocks of {cfg.block_size:,} tokens a micro-batch ({first}); training stopped, "
+                            f"the checkpoints up to step{last_good()} in {run/'checkpoints'} are kept",
+                            "start a new run (another --out) with the same batch in smaller micro-batches (--grad-accum 2, 4, ...), a smaller "
+                            "--batch-size or --block-size, or free memory on the device") from e
+
 # %% ../nbs/04_pretrain.ipynb #4ec42bd6
 def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `PretrainConfig()`)
              resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly)
@@ -775,6 +857,7 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
     existing, skipped, old_info = _open_run(cfg, run, resume, acc)      # the run folder: new, or resumed from its newest checkpoint
     data = _load_data(cfg, micro, old_info, quiet, acc)
     model, start, state = _init_model(cfg, run, resume, existing, skipped, data, acc, quiet)
+    _check_memory(cfg, model, micro, device, bf16, processes=W)       # before the run writes anything: a step that cannot fit
     module, optimizer, raw, attention = _prepare_training(cfg, model, existing, start, state, data, acc, bf16)
     evaluate = lambda: _evaluate(raw, data.eval_batches, cfg.eval_seed, device, mask_prob=cfg.eval_mask_prob, split=data.eval_split)
 
@@ -785,32 +868,33 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
     save = partial(_save, acc, run, cfg, unit, raw, data.tok, optimizer, state)
     log = partial(_log, acc, metrics_path, data.h_unigram)
     if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, start, ck_steps, flops_per_block, acc, bf16, attention, bool(existing))
-    if not existing:                    # a new run: its step-0 row and checkpoint (a resumed one keeps those it has)
-        if acc.is_main_process: log(dict(step=0, tokens_seen=0, flops=0.0, **evaluate()))
-        save(0)
-
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"pretrain {cfg.arch}/{cfg.objective} on {cfg.corpus}",
-               disable=quiet or not acc.is_main_process, unit='step', dynamic_ncols=True)
     last_good = max([s for s in ck_steps if s <= start], default=0)
-    for step in bar:
-        t0 = time.perf_counter()
-        lr = cfg.lr * lr_at(step, cfg.steps, warmup, cfg.schedule)
-        for group in optimizer.param_groups: group['lr'] = lr
-        B = batch_size_at(step, cfg, unit)
-        rows = batch_rows(step, B, len(data.train), cfg.seed, position=data_position(step, cfg, unit))
-        gnorm, stats = _forward_backward(module, acc, data.train, rows, B // unit, step, cfg, device)
-        _check_finite(stats['loss'], gnorm, step, last_good, run)
-        optimizer.step(); optimizer.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t0
-        state['tokens_seen'] += B * cfg.block_size; state['flops'] += flops_per_block * B; state['elapsed'] += dt
-        row = dict(step=step + 1, lr=lr, grad_norm=gnorm, batch_size=B, tokens_seen=state['tokens_seen'], flops=state['flops'],
-                   step_flops=flops_per_block * B, tokens_per_s=B * cfg.block_size / dt, **stats)
-        if step + 1 in ck_steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0): row.update(evaluate())
-        log(row)
-        bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
-        if on_step is not None: on_step(row)
-        if step + 1 in ck_steps:
-            save(step + 1); last_good = step + 1
+    with _named_out_of_memory(cfg, micro, device, run, lambda: last_good):
+        if not existing:                    # a new run: its step-0 row and checkpoint (a resumed one keeps those it has)
+            if acc.is_main_process: log(dict(step=0, tokens_seen=0, flops=0.0, **evaluate()))
+            save(0)
+
+        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"pretrain {cfg.arch}/{cfg.objective} on {cfg.corpus}",
+                   disable=quiet or not acc.is_main_process, unit='step', dynamic_ncols=True)
+        for step in bar:
+            t0 = time.perf_counter()
+            lr = cfg.lr * lr_at(step, cfg.steps, warmup, cfg.schedule)
+            for group in optimizer.param_groups: group['lr'] = lr
+            B = batch_size_at(step, cfg, unit)
+            rows = batch_rows(step, B, len(data.train), cfg.seed, position=data_position(step, cfg, unit))
+            gnorm, stats = _forward_backward(module, acc, data.train, rows, B // unit, step, cfg, device)
+            _check_finite(stats['loss'], gnorm, step, last_good, run)
+            optimizer.step(); optimizer.zero_grad(set_to_none=True)
+            dt = time.perf_counter() - t0
+            state['tokens_seen'] += B * cfg.block_size; state['flops'] += flops_per_block * B; state['elapsed'] += dt
+            row = dict(step=step + 1, lr=lr, grad_norm=gnorm, batch_size=B, tokens_seen=state['tokens_seen'], flops=state['flops'],
+                       step_flops=flops_per_block * B, tokens_per_s=B * cfg.block_size / dt, **stats)
+            if step + 1 in ck_steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0): row.update(evaluate())
+            log(row)
+            bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
+            if on_step is not None: on_step(row)
+            if step + 1 in ck_steps:
+                save(step + 1); last_good = step + 1
     bar.close()
     _finish_run(cfg, run, acc, metrics_path, data.h_unigram)
     return run

@@ -258,3 +258,53 @@ def test_out_pointing_to_a_file(tmp_path, capsys):
     rc, err = cli(capsys, 'pretrain', '--preset', 'mini', '--out', tmp_path/'notes.txt')
     assert rc == 2 and 'is a file, not a folder' in err
     assert (tmp_path/'notes.txt').read_text() == 'mine'
+
+
+# --- memory: a step that cannot fit is refused before the run writes anything; one that fails later is named ---------
+
+def test_a_step_that_cannot_fit_is_refused_before_anything_is_written(tmp_path, capsys):
+    # 64 blocks of 16,384 tokens: the attention weights alone are about 0.5 TB (this test holds on any machine with less)
+    rc, err = cli(capsys, 'pretrain', '--corpus', 'english', '--block-size', 16384, '--batch-size', 64, '--preset', 'tiny', '--out', tmp_path/'run', '--quiet')
+    assert rc == 2 and 'Traceback' not in err, err[-2000:]
+    assert 'needs at least' in err and 'square of the block' in err and '--grad-accum' in err, err
+    assert not (tmp_path/'run').exists() or not any((tmp_path/'run').iterdir())
+
+
+@pytest.mark.filterwarnings('ignore:.*unigram plateau')
+def test_out_of_memory_during_training_is_named_and_the_checkpoints_are_kept(tmp_path, small_corpus, monkeypatch):
+    real, calls = P._forward_backward, {'n': 0}
+    def fails_at_step_3(*a, **k):
+        calls['n'] += 1
+        if calls['n'] == 3: raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 9663676416 bytes")
+        return real(*a, **k)
+    monkeypatch.setattr(P, '_forward_backward', fails_at_step_3)
+    run = tmp_path/'r'
+    with pytest.raises(NlEmbryoError, match=r'out of memory on cpu with 8 blocks of 32 tokens.*checkpoints up to step2') as e:
+        pretrain(PretrainConfig(out=str(run), steps=4, checkpoints='0,2,4', eval_batches=1, **TINY), quiet=True)
+    assert '--grad-accum' in e.value.fix and list(list_checkpoints(run)) == [0, 2]
+    monkeypatch.setattr(P, '_forward_backward', real)
+    train_again = pretrain(PretrainConfig(out=str(run), steps=4, checkpoints='0,2,4', eval_batches=1, **TINY), resume=True, quiet=True)
+    assert list(list_checkpoints(train_again)) == [0, 2, 4]
+
+
+@pytest.mark.parametrize('arch, preset, block, micro, bf16, attention', [('bert', 'mini', 256, 4, False, 'sdpa'), ('bert', 'tiny2', 512, 4, True, 'eager'),
+                                                                       ('gpt-neox', 'mini', 256, 4, False, 'sdpa')])
+def test_the_memory_bound_is_below_what_a_step_keeps(arch, preset, block, micro, bf16, attention):
+    # `training_memory` must not exceed what a step takes, else `pretrain` would refuse runs that fit: the activations the
+    # forward pass leaves for the backward one (the bytes malloc holds after it, less those before) are at least the bound's
+    # (bench/training_memory.py compares whole steps' peak memory, in processes of their own)
+    import ctypes
+    from nl_embryo.models import build_model, set_attention
+    from nl_embryo.objectives import OBJECTIVES, step_generator
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks', 'fsmblks', 'uordblks', 'fordblks', 'keepcost')]
+    libc = ctypes.CDLL('libc.so.6'); libc.mallinfo2.restype = Mallinfo2
+    in_use = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())   # bytes in use: small blocks and mapped ones
+    model = build_model(arch, preset, vocab_size=8000, max_position=block); set_attention(model, attention)
+    ids = torch.randint(5, 8000, (micro, block), generator=torch.Generator().manual_seed(0))
+    before = in_use()
+    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+        out = OBJECTIVES['clm' if arch == 'gpt-neox' else 'mlm'](model, ids, step_generator(0, 0), vocab_size=8000)
+    kept = in_use() - before
+    bound = P.training_memory(model, micro, block, bf16, attention, causal=arch == 'gpt-neox')['activations']
+    assert out['loss'].requires_grad and 0 < bound <= kept, (bound, kept)
