@@ -227,13 +227,21 @@ def human_size(n: float,  # a number of bytes
         n /= 1024
 
 # %% ../nbs/00_core.ipynb #e1ab9a56
-def _cgroup_room(root='/sys/fs/cgroup') -> int | None:
-    "Bytes the process's memory cgroup still allows (v2 `memory.max`, else v1 `memory.limit_in_bytes`); None where none is set."
-    for limit, used in (('memory.max', 'memory.current'), ('memory/memory.limit_in_bytes', 'memory/memory.usage_in_bytes')):
-        try: lim, cur = (Path(root)/limit).read_text().strip(), int((Path(root)/used).read_text())
-        except (OSError, ValueError): continue
-        if lim.isdigit() and int(lim) < 2**60: return max(int(lim) - cur, 0)
-        return None
+def _cgroup_room(root='/sys/fs/cgroup',   # where the cgroup file systems are mounted
+                 own: str | None = None,  # the process's cgroup path under `root` (default: read from /proc/self/cgroup)
+                ) -> int | None:
+    """Bytes the process's memory cgroup still allows (v2 `memory.max` - `memory.current`, else v1's `limit_in_bytes` -
+    `usage_in_bytes`), read in the process's own cgroup, else at `root` (a container's own cgroup); None where no limit is set."""
+    if own is None:
+        try: own = next((l.split(':', 2)[2].strip() for l in open('/proc/self/cgroup') if l.startswith('0::') or ':memory:' in l), '/')
+        except OSError: own = '/'
+    for base in dict.fromkeys([own.strip('/'), '']):          # the own cgroup first, then the root one
+        for limit, used in (('memory.max', 'memory.current'), ('memory/memory.limit_in_bytes', 'memory/memory.usage_in_bytes')):
+            lim_f = Path(root)/base/limit if 'memory/' not in limit else Path(root)/'memory'/base/limit.split('/')[1]
+            used_f = lim_f.parent/used.split('/')[-1]
+            try: lim, cur = lim_f.read_text().strip(), int(used_f.read_text())
+            except (OSError, ValueError): continue
+            return max(int(lim) - cur, 0) if lim.isdigit() and int(lim) < 2**60 else None
     return None
 
 def available_memory(device,  # a `torch.device` or its name
