@@ -455,19 +455,27 @@ def convert_to_safetensors(folder,                              # the model fold
     return atomic_write_bytes(dest/'model.safetensors', to_bytes(tensors, metadata={'format': 'pt'}))
 
 # %% ../nbs/03_models.ipynb #3a0fdd0e
+def _in_float32(model, kwargs: dict):
+    "`model` with float16 or bfloat16 weights cast to float32, unless the caller asked `from_pretrained` for a dtype."
+    if 'dtype' in kwargs or 'torch_dtype' in kwargs: return model
+    if any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()): model = model.float()
+    return model
+
 def load_model(path,       # a checkpoint folder written by `save_pretrained`
-               **kwargs,   # passed to `from_pretrained` (e.g. `attn_implementation`)
+               **kwargs,   # passed to `from_pretrained` (e.g. `attn_implementation`; `dtype` keeps the weights in that type)
               ) -> PreTrainedModel | ElectraPair:
     """Load a checkpoint folder: an `ElectraPair` when it holds `generator/` + `discriminator/`, else the class its config
-    names. Safetensors weights only (`use_safetensors=True`): a folder with pickled weights alone is refused, with the conversion."""
+    names. Safetensors weights only (`use_safetensors=True`): a folder with pickled weights alone is refused, with the conversion.
+    Weights stored in float16 or bfloat16 (Pythia's checkpoints, a run's `half_checkpoints`) come back in float32 (exactly:
+    both widen without rounding), so that every analysis measures in float32 and a resumed run trains float32 weights."""
     path = Path(path)
-    if (path/'generator').is_dir() and (path/'discriminator').is_dir(): return ElectraPair.from_pretrained(path, **kwargs)
+    if (path/'generator').is_dir() and (path/'discriminator').is_dir(): return _in_float32(ElectraPair.from_pretrained(path, **kwargs), kwargs)
     if not (path/'config.json').exists():
         raise NlEmbryoError(f"{path} holds no model (no config.json, no generator/ + discriminator/)",
                             "pass a checkpoint folder written by save_pretrained")
     check_safetensors_weights(path)
     with quiet_transformers():
-        return model_class(AutoConfig.from_pretrained(path)).from_pretrained(path, **dict(kwargs, use_safetensors=True))
+        return _in_float32(model_class(AutoConfig.from_pretrained(path)).from_pretrained(path, **dict(kwargs, use_safetensors=True)), kwargs)
 
 # %% ../nbs/03_models.ipynb #b087e834
 ATTENTION_IMPLEMENTATIONS = ('eager', 'sdpa')

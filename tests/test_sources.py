@@ -224,6 +224,24 @@ def test_a_suite_analysed_end_to_end(tmp_path, suites):
     assert run.metrics().empty                                          # step folders record no training metrics
 
 
+def test_a_half_precision_suite_is_analysed_in_float32(tmp_path, bank, english_tokenizer):
+    # Pythia's checkpoints are stored in float16: on a CPU the analyses run under bf16 autocast, where a float16 layer norm
+    # stopped the probes with "mixed dtype (CPU)"; the one loader widens the weights to float32
+    from transformers import BertForMaskedLM
+    from nl_embryo.analysis import analyze
+    from nl_embryo.models import quiet_transformers
+    suite = tmp_path/'pythia-like'
+    for step, seed in ((0, 0), (1000, 1)):
+        with quiet_transformers(): BertForMaskedLM.from_pretrained(bank[seed]).half().save_pretrained(suite/f'step{step}')
+        english_tokenizer.save_pretrained(suite/f'step{step}')
+    assert json.loads((suite/'step0'/'config.json').read_text())['dtype'] == 'float16'
+    run = Run(suite, out=tmp_path/'A')
+    model, _ = run.load(1000)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    df = analyze(run, 'probes', **PROBES)
+    assert sorted(set(df['step'])) == [0, 1000] and df['value'].notna().all()
+
+
 # --- 3. a hub cache ------------------------------------------------------------------------------------------------
 
 def make_hub_cache(root, bank) -> Path:
