@@ -93,7 +93,12 @@ class Run:
         self.source = read_source(self.path)
         self.single = self.source.kind == 'model'
         self.eval_text = None     # what `record_eval_text` recorded, for a source nl_embryo did not write
-        if self.source.owned: self.home = self.path
+        if self.source.owned:
+            self.home = self.path
+            ignored = [f"{k}= (--{k.replace('_', '-')})" for k, v in (('out', out), ('eval_text', eval_text)) if v is not None]
+            if ignored:
+                warnings.warn(f"{self.path} is a run of nl_embryo: its analyses go to {self.path/'analysis'} and are measured on its "
+                              f"corpus' eval split, so {' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored", stacklevel=2)
         else:
             self.home = Path(out).expanduser() if out is not None else default_analysis_home(self.path)
             # the folders nl_embryo must not write into: the source folder, or for a mapping file the folders it lists
