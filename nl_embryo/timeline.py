@@ -138,10 +138,12 @@ class Run:
         "The steps with a checkpoint that verifies (complete, not cut short or garbled: `checkpoint_problem`), in order (re-read on every call)."
         return list(list_checkpoints(self.path, warn=False)) if self.source.owned else self.source.steps()
 
-    def damaged(self) -> dict[int, str]:
-        "The checkpoints that do not verify, as {step: what is wrong} (`steps()` leaves them out)."
-        if self.source.owned: return damaged_checkpoints(self.path)
-        return {c.step: c.note for c in self.source.checkpoints.values() if not c.usable}
+# %% ../nbs/05_timeline.ipynb #d4a8c6e2
+@patch
+def damaged(self: Run) -> dict[int, str]:
+    "The checkpoints that do not verify, as {step: what is wrong} (`steps()` leaves them out)."
+    if self.source.owned: return damaged_checkpoints(self.path)
+    return {c.step: c.note for c in self.source.checkpoints.values() if not c.usable}
 
 # %% ../nbs/05_timeline.ipynb #edb18ae3
 @patch
