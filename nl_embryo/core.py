@@ -236,10 +236,9 @@ def _cgroup_room(root='/sys/fs/cgroup',   # where the cgroup file systems are mo
         try: own = next((l.split(':', 2)[2].strip() for l in open('/proc/self/cgroup') if l.startswith('0::') or ':memory:' in l), '/')
         except OSError: own = '/'
     for base in dict.fromkeys([own.strip('/'), '']):          # the own cgroup first, then the root one
-        for limit, used in (('memory.max', 'memory.current'), ('memory/memory.limit_in_bytes', 'memory/memory.usage_in_bytes')):
-            lim_f = Path(root)/base/limit if 'memory/' not in limit else Path(root)/'memory'/base/limit.split('/')[1]
-            used_f = lim_f.parent/used.split('/')[-1]
-            try: lim, cur = lim_f.read_text().strip(), int(used_f.read_text())
+        for mount, limit, used in (('', 'memory.max', 'memory.current'), ('memory', 'memory.limit_in_bytes', 'memory.usage_in_bytes')):   # v2, v1
+            folder = Path(root)/mount/base
+            try: lim, cur = (folder/limit).read_text().strip(), int((folder/used).read_text())
             except (OSError, ValueError): continue
             return max(int(lim) - cur, 0) if lim.isdigit() and int(lim) < 2**60 else None
     return None

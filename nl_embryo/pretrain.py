@@ -542,10 +542,9 @@ def _check_memory(cfg, model, micro: int, device, bf16: bool, processes: int = 1
     if free is None: return
     attention, causal, share = training_attention(device, bf16), cfg.objective == 'clm', processes if torch.device(device).type == 'cpu' else 1
     mem = lambda m, L=cfg.block_size: training_memory(model, m, L, bf16, attention, causal)
-    if mem(micro)['total'] * share <= free: return
+    if (now := mem(micro))['total'] * share <= free: return
     # a suggestion leaves room: a whole step took 1.6-3.1 times the bound beyond its weights (the chapter's measurements)
     room = lambda d: (d['weights'] + 4 * max(d['activations'], d['eval'])) * share <= free
-    now = mem(micro)
     what = (f"{micro} blocks of {cfg.block_size:,} tokens a micro-batch: weights, gradients and optimizer {human_size(now['weights'])}, "
             f"activations at least {human_size(max(now['activations'], now['eval']))}" + (", most of it attention weights, which grow with the square of the block" if attention == 'eager' and cfg.block_size > 1024 else ''))
     if (fits := _largest(lambda m: room(mem(m)), micro)) is not None:
