@@ -12,12 +12,13 @@ import torch
 
 from .core import NlEmbryoError, atomic_dir, atomic_write_json, file_mode, is_disk_full, remove_stale_temps, sha256_file
 from .models import load_model, quiet_transformers
+from .sources import safetensors_problem
 
 # %% auto #0
 __all__ = ['CHECKPOINT_RE', 'CHECKPOINT_MANIFEST', 'DAMAGED_FIX', 'optimizer_to_safetensors', 'optimizer_from_safetensors',
-           'safetensors_problem', 'file_sha256', 'digest_problem', 'checkpoint_problem', 'checkpoint_is_complete',
-           'list_checkpoints', 'damaged_checkpoints', 'remove_interrupted_saves', 'verify_checkpoint', 'verify_run',
-           'disk_full_error', 'load_trained_model', 'save_checkpoint']
+           'file_sha256', 'digest_problem', 'checkpoint_problem', 'checkpoint_is_complete', 'list_checkpoints',
+           'damaged_checkpoints', 'remove_interrupted_saves', 'verify_checkpoint', 'verify_run', 'disk_full_error',
+           'load_trained_model', 'save_checkpoint']
 
 # %% ../nbs/04c_checkpoints.ipynb #9c6b846d
 def optimizer_to_safetensors(opt,                   # a torch optimizer (its state may be on any device)
@@ -50,25 +51,6 @@ CHECKPOINT_MANIFEST = 'manifest.json'   # the size and sha256 of every file of a
 def _required_files(path: Path) -> list[str]:
     weights = ['model.safetensors'] if not (path/'discriminator').exists() else ['generator/model.safetensors', 'discriminator/model.safetensors']
     return ['trainer_state.json', 'optimizer.safetensors', *weights]
-
-# %% ../nbs/04c_checkpoints.ipynb #f0a72349
-def safetensors_problem(path,               # a .safetensors file
-                       ) -> str | None:    # what is wrong, naming the file; None when it checks out
-    "What is wrong with a safetensors file, from its header alone (None: the header parses and its tensors fill the file exactly)."
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, 'rb') as f:
-            head = f.read(8)
-            if len(head) < 8: return f"{path.name} is cut short ({size} bytes)"
-            n = int.from_bytes(head, 'little')
-            if n > size - 8: return f"{path.name} is cut short: its header alone needs {n + 8} bytes, the file has {size}"
-            header = json.loads(f.read(n))
-        need = 8 + n + max((v['data_offsets'][1] for k, v in header.items() if k != '__metadata__'), default=0)
-    except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError): return f"{path.name} has a garbled header"
-    if need != size: return f"{path.name} is {'cut short' if need > size else 'longer than its tensors'}: its tensors need {need} bytes, the file has {size}"
-    return None
 
 # %% ../nbs/04c_checkpoints.ipynb #54d63208
 def _json_problem(path: Path) -> str | None:
@@ -211,12 +193,12 @@ def _write_manifest(folder: Path) -> None:
 
 # %% ../nbs/04c_checkpoints.ipynb #332bc110
 def verify_run(run_dir,                  # the run folder (its checkpoints are in `run_dir/checkpoints/stepN`)
-              ) -> pd.DataFrame:          # one row per checkpoint folder, by step: step, ok, problem ('' when it verifies)
+              ) -> pd.DataFrame:          # one row per checkpoint folder, by step: step, ok, manifest (whether it has one to check against), problem ('' when it verifies)
     "Check every checkpoint of a run against its manifest, sha256 included (`checkpoint_problem(full=True)`)."
     ck = Path(run_dir)/'checkpoints'
     if not ck.is_dir(): raise NlEmbryoError(f"{run_dir} has no checkpoints/ folder", "pass a run folder written by nl-embryo pretrain")
-    rows = [(int(m.group(1)), checkpoint_problem(p, full=True)) for p in ck.iterdir() if (m := CHECKPOINT_RE.match(p.name))]
-    return pd.DataFrame([dict(step=s, ok=p is None, problem=p or '') for s, p in sorted(rows)], columns=['step', 'ok', 'problem'])
+    rows = [(int(m.group(1)), checkpoint_problem(p, full=True), (p/CHECKPOINT_MANIFEST).is_file()) for p in ck.iterdir() if (m := CHECKPOINT_RE.match(p.name))]
+    return pd.DataFrame([dict(step=s, ok=p is None, manifest=has, problem=p or '') for s, p, has in sorted(rows)], columns=['step', 'ok', 'manifest', 'problem'])
 
 # %% ../nbs/04c_checkpoints.ipynb #7cbab6fc
 def disk_full_error(where: str,                     # what could not be written, and where (it goes into the message)

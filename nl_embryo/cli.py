@@ -103,7 +103,7 @@ def _analyze(args):
     from nl_embryo.registry import seed_runs
     steps = _parse_steps(args.steps)            # bad input is named before anything is read
     if len(args.run) > 1 or seed_runs(args.run[0]): return _analyze_set(args, steps)
-    run = Run(args.run[0], out=args.out, eval_text=args.eval_text)
+    run = Run(args.run[0], out=args.out, eval_text=args.eval_text, follow_links=args.follow_links)
     if not run.source.owned: print(f"{run.path}: {run.source.kind}, {len(run.steps())} checkpoint(s); analyses -> {run.analysis_dir}")
     if run.eval_text: print(f"eval text: {run.eval_text['name']} ({run.eval_text['kind']}), {run.eval_text['n_tokens']:,} tokens, unigram entropy {run.eval_text['unigram_entropy']:.3f} nats per token")
     reg = analyses()
@@ -124,7 +124,8 @@ def _analyze_set(args, steps):
     from nl_embryo.registry import analyze_runs, seed_runs
     from nl_embryo.timeline import Run
     paths = [p for x in args.run for p in (seed_runs(x) or [Path(x)])]
-    runs = [Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{Path(p).name}', eval_text=args.eval_text) for i, p in enumerate(paths)]
+    runs = [Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{Path(p).name}', eval_text=args.eval_text, follow_links=args.follow_links)
+            for i, p in enumerate(paths)]
     reg = analyses()
     chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
     if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
@@ -164,6 +165,7 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
     a.add_argument('--eval-text', default=None, metavar='TEXT', help='for checkpoints nl_embryo did not train: the held-out text that surgery and the '
                    'unigram plateau measure, a corpus of nl_embryo (its eval split, e.g. english) or a UTF-8 text file, tokenised with the '
                    "checkpoints' own tokenizer and recorded in the analysis folder (eval_text.json); ignored for nl_embryo's own runs")
+    a.add_argument('--follow-links', action='store_true', help='for checkpoints nl_embryo did not write: read through links that lead out of the folder (a suite of your own whose folders are links to another disk); without it such a checkpoint is refused')
     a.add_argument('--quiet', action='store_true', help='no progress bars')
     a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
     a.set_defaults(func=_analyze)
@@ -172,7 +174,7 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
 def _timeline(args):
     "`nl-embryo timeline PATH`: what a path holds, before anything runs."
     from nl_embryo.timeline import Run
-    run = Run(args.path, out=args.out)
+    run = Run(args.path, out=args.out, follow_links=args.follow_links)
     src = run.source
     print(f"{run.path}: {src.kind}{' (nl_embryo run)' if src.owned else ''}; {len(run.steps())} checkpoint(s) to analyse")
     if src.owned:
@@ -198,14 +200,20 @@ def _add_timeline(sub):
     t.add_argument('path', metavar='PATH', help='the timeline')
     t.add_argument('--out', default=None, metavar='DIR', help='the analysis folder to use for it (default: printed)')
     t.add_argument('--no-record', action='store_true', help="do not hash the checkpoints' weights now (they are hashed when first analysed)")
+    t.add_argument('--follow-links', action='store_true', help='for checkpoints nl_embryo did not write: read through links that lead out of the folder (a suite of your own whose folders are links to another disk); without it such a checkpoint is refused')
     t.set_defaults(func=_timeline)
 
 # %% ../nbs/15_cli.ipynb #85ac0607
 def _verify(args):
     "`nl-embryo verify RUN`: every checkpoint against its manifest (sha256 included); exit status 1 when one is damaged."
-    from nl_embryo.checkpoints import verify_run
+    from nl_embryo.checkpoints import CHECKPOINT_MANIFEST, verify_run
     df = verify_run(args.run)
     print(df.to_string(index=False, max_colwidth=120) if len(df) else f"{args.run} has no checkpoint yet")
+    if len(df) and not df['manifest'].any():
+        print(f"none of the {len(df)} checkpoint(s) has a manifest ({CHECKPOINT_MANIFEST}: the size and sha256 of each file, written at save), so "
+              f"there is nothing to verify their bytes against: they only parse (headers and JSON). A run written before manifests has none; "
+              f"otherwise they were removed")
+        sys.exit(1)
     if len(bad := df[~df['ok']]):
         print(f"{len(bad)} of {len(df)} checkpoint(s) damaged: step(s) {', '.join(map(str, bad['step']))}. Analyses refuse them; to write "
               f"them again, remove them and continue the run with `nl-embryo pretrain --out {args.run} --resume` (and the run's options)")
@@ -282,6 +290,8 @@ class CliParser(argparse.ArgumentParser):
     def error(self, message: str):
         bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         hint = _closest(bad.group(1), re.findall(r"'([^']*)'", bad.group(2))) if bad else ''
+        if flag := re.search(r"argument (--[\w-]+)(?:/[^:]*)?: expected one argument", message):      # a value that starts with '-' reads as a flag
+            hint = f"; a value that starts with '-' is written with '=': {flag.group(1)}=-VALUE"
         self.exit(2, f"{self.prog}: error: {message}{hint}\n(`{self.prog} --help` lists the options)\n")
 
 # %% ../nbs/15_cli.ipynb #de31a4cb

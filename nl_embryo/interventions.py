@@ -348,8 +348,8 @@ def _own_tokenizer(model):
     if tok is not None: return tok
     path = Path(str(getattr(model.config, '_name_or_path', '') or ''))
     if path.is_dir() and any((path/f).exists() for f in ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json')):
-        from transformers import AutoTokenizer
-        with contextlib.suppress(Exception), quiet_transformers(): return AutoTokenizer.from_pretrained(path)
+        from nl_embryo.models import load_tokenizer
+        with contextlib.suppress(Exception): return load_tokenizer(path)
     return None
 
 # %% ../nbs/09_interventions.ipynb #370811f9

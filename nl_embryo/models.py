@@ -21,17 +21,19 @@ from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForTokenClassif
 from .core import NlEmbryoError, human_size, atomic_write_bytes
 from .corpora import SPECIAL_TOKENS
 from .torchzip import read_torch_zip
+from .sources import CUSTOM_CODE_FIX, custom_code
 
 # %% auto #0
 __all__ = ['PRESETS', 'FAMILIES', 'ARCHITECTURES', 'ARCHS', 'PAIR_ARCHS', 'PRE_LN_ARCHS', 'CAUSAL_ARCHS', 'OBJECTIVES',
            'SPECIAL_IDS', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PICKLED_WEIGHTS', 'POSITION_INITS',
            'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset',
            'get_preset', 'Architecture', 'PairConfig', 'swiglu_size', 'build_config', 'quiet_transformers',
-           'model_class', 'ElectraPair', 'check_safetensors_weights', 'is_pair', 'is_causal', 'lm_head',
-           'sinusoidal_table', 'init_positions', 'build_model', 'convert_to_safetensors', 'load_model', 'set_attention',
-           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
-           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
-           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
+           'model_class', 'load_config', 'load_tokenizer', 'ElectraPair', 'check_safetensors_weights', 'is_pair',
+           'is_causal', 'lm_head', 'sinusoidal_table', 'init_positions', 'build_model', 'convert_to_safetensors',
+           'load_model', 'set_attention', 'attention_implementation', 'count_parameters', 'parameter_table',
+           'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops', 'kaplan_training_flops',
+           'measure_training_flops', 'mlm_head', 'split_mlm_head', 'steps_for_equal_flops', 'max_positions',
+           'check_tokenizer_matches']
 
 # %% ../nbs/03_models.ipynb #a57c1e35
 @dataclass(frozen=True)
@@ -256,8 +258,8 @@ def model_class(config: PretrainedConfig,      # a config that names its class i
                ) -> type[PreTrainedModel]:
     "The transformers class a config was written for (its `architectures[0]`)."
     name = (getattr(config, 'architectures', None) or [None])[0]
-    cls = getattr(transformers, name, None) if name else None
-    if cls is None:
+    cls = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if not (isinstance(cls, type) and issubclass(cls, PreTrainedModel)):
         raise NlEmbryoError(f"the config does not name a transformers model class (architectures={name!r})",
                             "build it with nl_embryo.models.build_config, or set config.architectures")
     return cls
@@ -265,6 +267,30 @@ def model_class(config: PretrainedConfig,      # a config that names its class i
 def _instantiate(config: PretrainedConfig, device=None) -> PreTrainedModel:
     with quiet_transformers(), torch.device(device or 'cpu'):
         return model_class(config)(config)
+
+# %% ../nbs/03_models.ipynb #501e1596
+def load_config(path,  # a model folder (its config.json)
+               ) -> PretrainedConfig:
+    "A model folder's config, read by transformers with no code from the folder (`custom_code` refused by name, `trust_remote_code=False`)."
+    path = Path(path)
+    if code := custom_code(path): raise NlEmbryoError(f"{path}: {code}", CUSTOM_CODE_FIX)
+    try:
+        with quiet_transformers(): return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise NlEmbryoError(f"{path/'config.json'} cannot be read as a transformers config: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                            "give a folder whose config.json names a model type transformers ships (see its model_type and architectures)") from None
+
+def load_tokenizer(path,  # a folder with tokenizer files (tokenizer.json, vocab.txt, tokenizer_config.json ...)
+                  ):      # a transformers tokenizer
+    "A folder's tokenizer, read with no code from the folder (`custom_code` refused by name, `trust_remote_code=False`); unreadable files are named."
+    from transformers import AutoTokenizer
+    path = Path(path)
+    if code := custom_code(path): raise NlEmbryoError(f"{path}: {code}", CUSTOM_CODE_FIX)
+    try:
+        with quiet_transformers(): return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    except Exception as e:          # the tokenizers library raises plain Exceptions for a garbled tokenizer.json
+        raise NlEmbryoError(f"the tokenizer files of {path} cannot be read: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                            "save the tokenizer again with tokenizer.save_pretrained(folder), or give the timeline a folder with a readable tokenizer") from None
 
 # %% ../nbs/03_models.ipynb #d9f3d701
 class ElectraPair(nn.Module):
@@ -349,7 +375,7 @@ def from_pretrained(cls: ElectraPair,
                                 "pass the folder written by ElectraPair.save_pretrained (it holds generator/ and discriminator/)")
     for part in ('generator', 'discriminator'): check_safetensors_weights(path/part)
     with quiet_transformers():
-        parts = [model_class(AutoConfig.from_pretrained(path/p)).from_pretrained(path/p, **dict(kwargs, use_safetensors=True))
+        parts = [model_class(load_config(path/p)).from_pretrained(path/p, **dict(kwargs, use_safetensors=True, trust_remote_code=False, local_files_only=True))
                  for p in ('generator', 'discriminator')]
     return cls(*parts)
 
@@ -474,8 +500,9 @@ def load_model(path,       # a checkpoint folder written by `save_pretrained`
         raise NlEmbryoError(f"{path} holds no model (no config.json, no generator/ + discriminator/)",
                             "pass a checkpoint folder written by save_pretrained")
     check_safetensors_weights(path)
+    config = load_config(path)
     with quiet_transformers():
-        return _in_float32(model_class(AutoConfig.from_pretrained(path)).from_pretrained(path, **dict(kwargs, use_safetensors=True)), kwargs)
+        return _in_float32(model_class(config).from_pretrained(path, **dict(kwargs, use_safetensors=True, trust_remote_code=False, local_files_only=True)), kwargs)
 
 # %% ../nbs/03_models.ipynb #b087e834
 ATTENTION_IMPLEMENTATIONS = ('eager', 'sdpa')

@@ -400,7 +400,6 @@ def antiberty_dir(force: bool = False,  # convert again even when the converted 
 def load_antiberty(device='cpu',  # the device to put the model on
                  ):
     "AntiBERTy as `(BertForMaskedLM, tokenizer)` in eval mode, loaded from the safetensors conversion (`antiberty_dir`)."
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from nl_embryo.models import load_model, load_tokenizer
     path = antiberty_dir()
-    with quiet_transformers(): model = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True)
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(path)
+    return load_model(path).to(device).eval(), load_tokenizer(path)

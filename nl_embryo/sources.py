@@ -4,17 +4,18 @@
 
 # %% ../nbs/04d_sources.ipynb #d9d5d70f
 from __future__ import annotations
-import csv, hashlib, json, re
+import csv, hashlib, json, os, re, stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from .core import NlEmbryoError
+from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['STEP_NAME_RE', 'WEIGHT_FILES', 'PICKLE_SUFFIXES', 'TOKENIZER_FILES', 'parse_step_name', 'Checkpoint',
-           'describe_checkpoint', 'Source', 'read_source', 'trainer_metrics', 'content_digest']
+__all__ = ['STEP_NAME_RE', 'WEIGHT_FILES', 'PICKLE_SUFFIXES', 'TOKENIZER_FILES', 'CUSTOM_CODE_FIX', 'MAX_HASHED_BYTES',
+           'parse_step_name', 'Checkpoint', 'inside', 'leaves_folder', 'custom_code', 'model_files',
+           'safetensors_problem', 'describe_checkpoint', 'Source', 'read_source', 'trainer_metrics', 'content_digest']
 
 # %% ../nbs/04d_sources.ipynb #efba8338
 _MULT = {'': 1, 'k': 10**3, 'm': 10**6, 'b': 10**9, 'g': 10**9, 't': 10**12}
@@ -41,7 +42,7 @@ class Checkpoint:
     step: int                   # the training step (from the folder's name, the trainer state or the mapping file)
     path: Path                  # the folder that holds the model (config.json and weights)
     tokens: int | None = None   # tokens seen at this step, where the source says
-    weights: str = 'safetensors'  # 'safetensors', 'pickle only' (refused, with the conversion) or 'none'
+    weights: str = 'safetensors'  # 'safetensors'; else why it is skipped: 'pickle only' (with the conversion), 'none', 'incomplete' (a weight file cut short or garbled) or 'refused' (links out of the folder, custom code)
     model_class: str = ''       # the model class its config.json names
     tokenizer: Path | None = None  # the folder its tokenizer is read from (the checkpoint's own, or the source's)
     note: str = ''              # why it is skipped, when it is
@@ -49,20 +50,108 @@ class Checkpoint:
     @property
     def usable(self) -> bool: return self.weights == 'safetensors'
 
+# %% ../nbs/04d_sources.ipynb #f76b9132
+def inside(path,  # any path (links are resolved)
+           root,  # a folder, resolved
+          ) -> bool:
+    "Whether `path`, its links resolved, lies in `root` (or is `root`)."
+    try: Path(os.path.realpath(path)).relative_to(root); return True
+    except (ValueError, OSError): return False
+
+def leaves_folder(folder,        # a model folder of a timeline
+                  root,          # the timeline's root (resolved): the folder, the mapping file's folder or the hub-cache repository
+                  depth: int = 2,  # how deep to look (a pair's generator/ and discriminator/ are one level down)
+                 ) -> list[str]:   # 'name -> target' per link that leaves `root`, 'name (what it is)' per entry that is not a regular file or folder
+    "The entries of `folder` that lead out of `root` through a link, or that are not regular files or folders (nothing is opened)."
+    folder, root = Path(folder), Path(root)
+    if not inside(folder, root): return [f"{folder.name} -> {os.path.realpath(folder)}"]
+    out = []
+    def walk(d: Path, rel: str, left: int):
+        try: entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as e: out.append(f"{rel or d.name} (cannot be listed: {e.strerror})"); return
+        for e in entries:
+            name = f"{rel}{e.name}"
+            if e.is_symlink() and not inside(e.path, root): out.append(f"{name} -> {os.path.realpath(e.path)}"); continue
+            try: mode = os.stat(e.path).st_mode
+            except OSError: continue                 # a broken link inside the folder: nothing to read
+            if stat.S_ISDIR(mode):
+                if left > 1 and not e.is_symlink(): walk(Path(e.path), name + '/', left - 1)
+            elif not stat.S_ISREG(mode): out.append(f"{name} (not a regular file)")
+    walk(folder, '', depth)
+    return out
+
+# %% ../nbs/04d_sources.ipynb #bd5f1e00
+def custom_code(folder,  # a model folder
+               ) -> str | None:  # what asks for custom code, named; None when nothing does
+    "What in a model folder asks transformers to run Python code shipped with it (an `auto_map` in its config or tokenizer config); None if nothing does."
+    for name in ('config.json', 'tokenizer_config.json'):
+        p = Path(folder)/name
+        if not p.is_file(): continue
+        try: cfg = json.loads(p.read_text(encoding='utf-8'))
+        except (OSError, ValueError): continue          # unreadable: the load names it
+        amap = cfg.get('auto_map') if isinstance(cfg, dict) else None
+        if amap:
+            refs = sorted({str(v).split('--')[-1].split('.')[0] + '.py' for v in (amap.values() if isinstance(amap, dict) else amap)
+                           for v in (v if isinstance(v, (list, tuple)) else [v]) if v})
+            return f"its {name} asks for custom code (auto_map: {', '.join(refs) or amap})"
+    return None
+
+CUSTOM_CODE_FIX = ("nl_embryo never runs code that comes with a model folder (trust_remote_code is always False); use a "
+                   "checkpoint of an architecture transformers ships, or convert it to one yourself, outside nl_embryo")
+
+# %% ../nbs/04d_sources.ipynb #df9b6251
+def model_files(folder,  # a model folder (or an ELECTRA pair's, with generator/ and discriminator/)
+               ) -> list[Path]:  # the files a model load reads, sorted (regular files only)
+    "The files a model load reads from `folder`: `config.json`, `*.safetensors` weights and their index (in generator/ and discriminator/ for a pair)."
+    folder = Path(folder)
+    parts = [folder/p for p in ('generator', 'discriminator') if (folder/p).is_dir()] or [folder]
+    return sorted(p for d in parts for p in d.iterdir() if (p.name in ('config.json', 'model.safetensors.index.json') or p.suffix == '.safetensors')
+                  and p.is_file())
+
+def safetensors_problem(path,               # a .safetensors file
+                       ) -> str | None:    # what is wrong, naming the file; None when it checks out
+    "What is wrong with a safetensors file, from its header alone (None: the header parses and its tensors fill the file exactly)."
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, 'rb') as f:
+            head = f.read(8)
+            if len(head) < 8: return f"{path.name} is cut short ({size} bytes)"
+            n = int.from_bytes(head, 'little')
+            if n > size - 8: return f"{path.name} is cut short: its header alone needs {n + 8} bytes, the file has {size}"
+            if n > 100 * 2**20: return f"{path.name} has a garbled header (it declares {human_size(n)} of header)"
+            header = json.loads(f.read(n))
+        need = 8 + n + max((v['data_offsets'][1] for k, v in header.items() if k != '__metadata__'), default=0)
+    except OSError as e: return f"{path.name} cannot be read ({e.strerror or e})"
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError): return f"{path.name} has a garbled header"
+    if need != size: return f"{path.name} is {'cut short' if need > size else 'longer than its tensors'}: its tensors need {need} bytes, the file has {size}"
+    return None
+
 # %% ../nbs/04d_sources.ipynb #ac7b304d
 def describe_checkpoint(step: int,                # the step it stands for
                         path,                     # its folder
                         tokens: int | None = None,  # tokens seen, if known
                         tokenizer=None,           # a folder to read the tokenizer from when `path` has none
+                        root=None,                # the timeline's root: a link out of it refuses the checkpoint (None: not checked)
                        ) -> Checkpoint:
-    "List one model folder: which weights it has, its model class, where its tokenizer is; never opens a weight file."
+    """List one model folder: which weights it has (their headers checked, `safetensors_problem`), its model class, where
+    its tokenizer is; never opens a tensor. With `root`, a folder with a link out of it (`leaves_folder`) is refused
+    before any of its files is read, and so is one that asks for custom code (`custom_code`)."""
     path = Path(path)
+    if root is not None and (out := leaves_folder(path, root)):
+        return Checkpoint(step, path, tokens, 'refused', '', None,
+                          f"leaves the timeline's folder {root}: {'; '.join(out[:3])}{' ...' if len(out) > 3 else ''} (nothing outside it is read; "
+                          f"for a suite of your own whose folders are links, pass --follow-links)")
+    if code := custom_code(path): return Checkpoint(step, path, tokens, 'refused', '', None, f"{code}: {CUSTOM_CODE_FIX}")
     cfg = path/'config.json'
     model_class = ''
     if cfg.exists():
         try: model_class = ','.join(json.loads(cfg.read_text()).get('architectures') or [])
-        except (json.JSONDecodeError, UnicodeDecodeError): model_class = '(unreadable config.json)'
-    if any((path/f).exists() for f in WEIGHT_FILES) or any(path.glob('model-*.safetensors')): weights, note = 'safetensors', ''
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError): model_class = '(unreadable config.json)'
+    if any((path/f).exists() for f in WEIGHT_FILES) or any(path.glob('model-*.safetensors')):
+        weights, note = 'safetensors', ''
+        if problem := next((p for f in model_files(path) if f.suffix == '.safetensors' and (p := safetensors_problem(f))), None):
+            weights, note = 'incomplete', f"{problem} (still being written, or damaged)"
     elif path.is_dir() and any(p.suffix in PICKLE_SUFFIXES and p.name.startswith(('pytorch_model', 'model')) for p in path.iterdir()):
         weights = 'pickle only'
         note = (f"pickled weights only: convert them once, outside the source, with python -c \"from nl_embryo.models import "
@@ -81,6 +170,7 @@ class Source:
     checkpoints: dict = field(default_factory=dict)  # {step: Checkpoint}, every listed one (usable or not), by step
     trainer_state: Path | None = None           # the `trainer_state.json` whose `log_history` is the run's metrics
     notes: list = field(default_factory=list)   # what was skipped in the folder and why
+    root: Path | None = None                    # the folder nothing is read outside of (None: links are followed, `follow_links`)
 
     @property
     def owned(self) -> bool:
@@ -99,7 +189,10 @@ class Source:
                             columns=['step', 'tokens', 'folder', 'weights', 'model_class', 'tokenizer', 'skipped'])
 
 # %% ../nbs/04d_sources.ipynb #c539e4e0
-def _has_tokenizer(p: Path) -> bool: return any((p/f).exists() for f in TOKENIZER_FILES)
+def _has_tokenizer(p: Path, root: Path | None = None) -> bool:
+    "Whether `p` holds tokenizer files that can be read: none of them a link out of `root`, no custom code."
+    present = [p/f for f in TOKENIZER_FILES if (p/f).exists()]
+    return bool(present) and (root is None or all(inside(f, root) for f in present)) and custom_code(p) is None
 
 def _step_children(path: Path) -> dict[int, tuple[Path, int | None]]:
     out, seen = {}, {}
@@ -113,18 +206,22 @@ def _step_children(path: Path) -> dict[int, tuple[Path, int | None]]:
         out[step], seen[step] = (p, tokens), p.name
     return out
 
-def _from_children(path: Path, children: dict) -> Source:
-    tok = path if _has_tokenizer(path) else None
-    if tok is None:     # the newest checkpoint that has a tokenizer lends it to those without
-        tok = next((p for s, (p, _) in sorted(children.items(), reverse=True) if _has_tokenizer(p)), None)
-    cks = {s: describe_checkpoint(s, p, t, tok) for s, (p, t) in children.items()}
-    states = [p/'trainer_state.json' for s, (p, _) in sorted(children.items()) if (p/'trainer_state.json').exists()]
+def _from_children(path: Path, children: dict, root: Path | None) -> Source:
+    tok = path if _has_tokenizer(path, root) else None
+    cks = {s: describe_checkpoint(s, p, t, None, root) for s, (p, t) in children.items()}
+    if tok is None:     # the newest checkpoint that has a tokenizer (and is not refused) lends it to those without
+        tok = next((c.path for s, c in sorted(cks.items(), reverse=True) if c.weights != 'refused' and _has_tokenizer(c.path, root)), None)
+    for c in cks.values():
+        if c.tokenizer is None and c.weights != 'refused': c.tokenizer = tok
+    states = [c.path/'trainer_state.json' for s, c in sorted(cks.items()) if c.weights != 'refused' and (c.path/'trainer_state.json').is_file()]
     trainer = bool(states) and all(p.name.startswith('checkpoint-') for p, _ in children.values())
-    return Source(path, 'trainer' if trainer else 'step folders', cks, states[-1] if states else None)
+    return Source(path, 'trainer' if trainer else 'step folders', cks, states[-1] if states else None, root=root)
 
 # %% ../nbs/04d_sources.ipynb #abc9cba8
-def _read_mapping(path: Path) -> Source:
-    "A mapping file: JSON (`{step: folder}`, or a list of {step, path, tokens}) or CSV/TSV with columns step, path[, tokens]."
+def _read_mapping(path: Path, follow_links: bool = False) -> Source:
+    """A mapping file: JSON (`{step: folder}`, or a list of {step, path, tokens}) or CSV/TSV with columns step, path[, tokens].
+    A folder named by a relative path must lie in the file's own folder (no `../` out of it); one elsewhere is named by its
+    absolute path, explicitly. Each folder is the root of its own checkpoint: a link out of it refuses the checkpoint."""
     base = path.parent
     try:
         if path.suffix == '.json':
@@ -133,54 +230,75 @@ def _read_mapping(path: Path) -> Source:
         else:
             with open(path, newline='') as f: rows = list(csv.DictReader(f, delimiter='\t' if path.suffix == '.tsv' else ','))
         entries = [(int(r['step']), Path(r['path']), int(float(r['tokens'])) if r.get('tokens') not in (None, '') else None) for r in rows]
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise NlEmbryoError(f"{path} is not a readable mapping file ({type(e).__name__}: {e})",
                             "write one row per checkpoint: CSV with a header `step,path[,tokens]`, or JSON {\"20\": \"folder\", ...}") from None
     if not entries: raise NlEmbryoError(f"{path} lists no checkpoint", "add one row per checkpoint: step,path[,tokens]")
     if len({s for s, _, _ in entries}) < len(entries): raise NlEmbryoError(f"{path} lists a step twice", "list each step once")
+    here = Path(os.path.realpath(base))
+    if not follow_links and (out := [str(p) for _, p, _ in entries if not p.is_absolute() and not inside(base/p, here)]):
+        raise NlEmbryoError(f"{path} names {', '.join(out[:3])}, which lead(s) out of the mapping file's folder {here}",
+                            "name a folder elsewhere by its absolute path (explicitly), or, for a suite of your own, pass --follow-links")
     entries = [(s, p if p.is_absolute() else base/p, t) for s, p, t in entries]
     missing = [str(p) for _, p, _ in entries if not p.is_dir()]
     if missing: raise NlEmbryoError(f"{path} names folders that do not exist: {', '.join(missing[:3])}", "fix the paths (relative ones are read from the file's folder)")
-    tok = next((p for _, p, _ in sorted(entries, reverse=True) if _has_tokenizer(p)), None)
-    return Source(path, 'mapping', {s: describe_checkpoint(s, p, t, tok) for s, p, t in entries},
-                  next((p/'trainer_state.json' for _, p, _ in sorted(entries, reverse=True) if (p/'trainer_state.json').exists()), None))
+    roots = {s: None if follow_links else Path(os.path.realpath(p)) for s, p, _ in entries}      # each folder its own root
+    cks = {s: describe_checkpoint(s, p, t, None, roots[s]) for s, p, t in entries}
+    tok = next((c.path for s, c in sorted(cks.items(), reverse=True) if c.weights != 'refused' and _has_tokenizer(c.path, roots[s])), None)
+    for c in cks.values():
+        if c.tokenizer is None and c.weights != 'refused': c.tokenizer = tok
+    return Source(path, 'mapping', cks, next((c.path/'trainer_state.json' for s, c in sorted(cks.items(), reverse=True)
+                                              if c.weights != 'refused' and (c.path/'trainer_state.json').is_file()), None), root=None if follow_links else here)
 
-def _read_hub_cache(path: Path) -> Source:
-    "A hub-cache repository folder (`models--ORG--NAME`): each `refs/<revision>` whose name is a step names a snapshot."
+_COMMIT_RE = re.compile(r'^[0-9a-f]{7,64}$')
+
+def _read_hub_cache(path: Path, follow_links: bool = False) -> Source:
+    """A hub-cache repository folder (`models--ORG--NAME`): each `refs/<revision>` whose name is a step names a snapshot
+    (a commit id: a ref holding anything else, a path say, is skipped with a note). Nothing outside the repository folder is read."""
     children, notes = {}, []
+    root = None if follow_links else Path(os.path.realpath(path))
     for ref in sorted((path/'refs').iterdir()):
         parsed = parse_step_name(ref.name)
         if parsed is None: notes.append(f"revision {ref.name!r}: its name is not a step"); continue
-        commit = ref.read_text().strip()
+        if root is not None and not inside(ref, root): notes.append(f"revision {ref.name!r}: refs/{ref.name} is a link out of the cache ({os.path.realpath(ref)}), not read"); continue
+        if not ref.is_file(): notes.append(f"revision {ref.name!r}: refs/{ref.name} is not a file"); continue
+        commit = ref.read_text(errors='replace').strip()
+        if not _COMMIT_RE.match(commit): notes.append(f"revision {ref.name!r}: its ref holds {commit[:60]!r}, not a commit id"); continue
         snap = path/'snapshots'/commit
         if not snap.is_dir(): notes.append(f"revision {ref.name!r}: snapshot {commit} is not in the cache"); continue
         children[parsed[0]] = (snap, parsed[1])
     if not children: raise NlEmbryoError(f"{path} is a hub cache with no step revision in refs/ ({'; '.join(notes) or 'refs/ is empty'})",
                                          "download the step revisions you want (revision='step1000', ...) while online, then read the cache offline")
-    s = _from_children(path, children); s.kind = 'hub cache'; s.notes += notes
+    s = _from_children(path, children, root); s.kind = 'hub cache'; s.notes += notes
     return s
 
 # %% ../nbs/04d_sources.ipynb #c330e295
 def read_source(path,  # a run folder, a Trainer output folder, a folder of step folders, a hub-cache repository, a mapping file or a model folder
+                follow_links: bool = False,  # read through links that leave the folder (a suite of your own on another disk); False: a checkpoint with one is refused
                ) -> Source:  # what it holds
-    "Read `path` as a timeline (nothing loaded, nothing written): its kind and its checkpoints with their real steps."
+    """Read `path` as a timeline (nothing loaded, nothing written): its kind and its checkpoints with their real steps.
+    Nothing outside `path` is read (`leaves_folder`): a checkpoint with a link out of it is listed as refused."""
     path = Path(path).expanduser()
     if not path.exists(): raise NlEmbryoError(f"no such file or folder: {path}", "pass a run folder, a checkpoint folder or suite, or a mapping file")
     if path.is_file():
-        if path.suffix in ('.json', '.csv', '.tsv'): return _read_mapping(path)
+        if path.suffix in ('.json', '.csv', '.tsv'): return _read_mapping(path, follow_links)
         raise NlEmbryoError(f"{path} is a file, not a timeline", "pass a folder, or a mapping file (.csv, .tsv or .json: step,path[,tokens])")
-    if (path/'checkpoints').is_dir(): return Source(path, 'nl_embryo')
-    if (path/'refs').is_dir() and (path/'snapshots').is_dir(): return _read_hub_cache(path)
+    if not path.is_dir(): raise NlEmbryoError(f"{path} is neither a folder nor a file", "pass a run folder, a checkpoint folder or suite, or a mapping file")
+    if (path/'checkpoints').is_dir(): return Source(path, 'nl_embryo', root=Path(os.path.realpath(path)))
+    if (path/'refs').is_dir() and (path/'snapshots').is_dir(): return _read_hub_cache(path, follow_links)
     repos = sorted(p for p in path.glob('models--*') if (p/'refs').is_dir())
     if repos:      # a hub cache root: one repository is read, several must be chosen from
-        if len(repos) == 1: return _read_hub_cache(repos[0])
+        if len(repos) == 1: return _read_hub_cache(repos[0], follow_links)
         raise NlEmbryoError(f"{path} is a hub cache of {len(repos)} repositories", f"pass one of them: {', '.join(p.name for p in repos[:6])}")
+    root = None if follow_links else Path(os.path.realpath(path))
     children = _step_children(path)
-    if children: return _from_children(path, children)
+    if children: return _from_children(path, children, root)
     if (path/'config.json').exists():
         step, tokens = parse_step_name(path.name) or (0, None)
-        return Source(path, 'model', {step: describe_checkpoint(step, path, tokens, path.parent if _has_tokenizer(path.parent) else None)},
-                      path/'trainer_state.json' if (path/'trainer_state.json').exists() else None)
+        ck = describe_checkpoint(step, path, tokens, None, root)
+        if ck.tokenizer is None and ck.weights != 'refused' and _has_tokenizer(path.parent, None if follow_links else Path(os.path.realpath(path.parent))):
+            ck.tokenizer = path.parent         # a model folder beside its tokenizer, as `save_pretrained` of each leaves them
+        return Source(path, 'model', {step: ck}, path/'trainer_state.json' if ck.weights != 'refused' and (path/'trainer_state.json').is_file() else None, root=root)
     raise NlEmbryoError(f"{path} holds no timeline: no checkpoints/ (an nl_embryo run), no step-named model folders (step1000, "
                         f"checkpoint-500, step_20k ...), no refs/ + snapshots/ (a hub cache), no config.json (a model)",
                         "pass one of those, or write a mapping file (step,path[,tokens]) and pass it")
@@ -202,13 +320,24 @@ def trainer_metrics(state_file,  # a `trainer_state.json`
     return pd.DataFrame(sorted(rows.values(), key=lambda r: r['step']))
 
 # %% ../nbs/04d_sources.ipynb #21cfc16e
+MAX_HASHED_BYTES = int(os.environ.get('NL_EMBRYO_MAX_WEIGHT_BYTES', 256 * 2**30))   # the largest weight file hashed (256 GiB): beyond it, a file is refused
+
 def content_digest(folder,  # a model folder
+                   progress: bool | None = None,  # a progress bar over the bytes (None: when they pass 1 GiB)
                   ) -> str:  # 16 hex digits
-    "The sha256 (16 hex digits) of a model folder's weights and config (`*.safetensors`, their index, `config.json`), by content."
+    """The sha256 (16 hex digits) of a model folder's weights and config (`model_files`: the safetensors weights, their
+    index, `config.json`), by content. Regular files only; a file over `MAX_HASHED_BYTES` is refused, by name."""
+    from tqdm.auto import tqdm
     folder, h = Path(folder), hashlib.sha256()
-    files = sorted(p for p in folder.rglob('*') if p.is_file() and (p.suffix == '.safetensors' or p.name in ('config.json', 'model.safetensors.index.json')))
-    for p in files:
-        h.update(p.relative_to(folder).as_posix().encode()); h.update(b'\0')
-        with open(p, 'rb') as f:
-            for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
+    files = model_files(folder)
+    sizes = [p.stat().st_size for p in files]
+    if big := [(p, n) for p, n in zip(files, sizes) if n > MAX_HASHED_BYTES]:
+        raise NlEmbryoError(f"{big[0][0]} has {human_size(big[0][1])}, more than the {human_size(MAX_HASHED_BYTES)} a weight file may have here",
+                            "check that it is a model's weights; to hash larger files, set NL_EMBRYO_MAX_WEIGHT_BYTES")
+    with tqdm(total=sum(sizes), unit='B', unit_scale=True, desc=f"hashing {folder.name}", leave=False,
+              disable=not (sum(sizes) >= 2**30 if progress is None else progress)) as bar:
+        for p in files:
+            h.update(p.relative_to(folder).as_posix().encode()); h.update(b'\0')
+            with open(p, 'rb') as f:
+                for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk); bar.update(len(chunk))
     return h.hexdigest()[:16]

@@ -14,10 +14,10 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .charts import line_legend, step_axis, step_scale
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, cache_path, remove_stale_temps
+from .core import NlEmbryoError, atomic_write_bytes, get_device, atomic_write_json, cache_path, remove_stale_temps
 from .checkpoints import CHECKPOINT_MANIFEST, damaged_checkpoints, digest_problem, list_checkpoints
-from .sources import content_digest, read_source, trainer_metrics
-from .models import check_safetensors_weights, check_tokenizer_matches, is_causal, load_model, quiet_transformers
+from .sources import content_digest, model_files, read_source, trainer_metrics
+from .models import check_safetensors_weights, check_tokenizer_matches, is_causal, load_model, load_tokenizer, quiet_transformers
 from .objectives import EVAL_LOSSES, PLATEAU_MARGIN
 
 # %% auto #0
@@ -87,10 +87,13 @@ class Run:
                  path,        # a run folder written by `pretrain`, a Trainer output folder, step folders, a hub-cache repository, a mapping file or a model folder
                  out=None,    # the folder the analyses of a source nl_embryo did not write go to (None: `default_analysis_home(path)`); ignored for its own runs
                  eval_text=None,  # for a source nl_embryo did not write: the held-out text to measure it on, a corpus of `CORPORA` (its eval split) or a text file, recorded in `OUT/eval_text.json` (None: the one recorded there, if any); ignored for its own runs (their corpus' eval split)
+                 follow_links: bool = False,  # for a source nl_embryo did not write: read through links that leave its folder (a suite of your own); False: a checkpoint with one is refused
                 ):
+        if not isinstance(path, (str, Path)) and not hasattr(path, '__fspath__'):
+            raise NlEmbryoError(f"Run() takes the path of a timeline, not {type(path).__name__} {path!r}", "pass a run folder, a checkpoint folder or suite, or a mapping file, e.g. Run('runs/demo')")
         self.path = Path(path).expanduser()
         if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, a checkpoint folder or suite, or a mapping file")
-        self.source = read_source(self.path)
+        self.source = read_source(self.path, follow_links=follow_links)
         self.single = self.source.kind == 'model'
         self.eval_text = None     # what `record_eval_text` recorded, for a source nl_embryo did not write
         if self.source.owned:
@@ -128,15 +131,21 @@ class Run:
         kind = '' if self.source.owned else f", {self.source.kind}, analyses in {str(self.home)!r}"
         return f"Run({str(self.path)!r}{kind}, {len(s)} step(s){': ' + ', '.join(map(str, s[:12])) + (' ...' if len(s) > 12 else '') if s else ''})"
 
-    @property
-    def config(self) -> dict:
-        "The run's resolved configuration (`config.json`), the model config of a single model folder, or {} for another source."
-        if not (self.source.owned or self.single): return {}
-        return json.loads((self.path/'config.json').read_text()) if (self.path/'config.json').exists() else {}
-
     def steps(self) -> list[int]:
         "The steps with a checkpoint that verifies (complete, not cut short or garbled: `checkpoint_problem`), in order (re-read on every call)."
         return list(list_checkpoints(self.path, warn=False)) if self.source.owned else self.source.steps()
+
+# %% ../nbs/05_timeline.ipynb #57bd911b
+@patch(as_prop=True)
+def config(self: Run) -> dict:
+    "The run's resolved configuration (`config.json`), the model config of a single model folder, or {} for another source."
+    if not (self.source.owned or self.single) or not (self.path/'config.json').exists(): return {}
+    try: cfg = json.loads((self.path/'config.json').read_text(encoding='utf-8'))
+    except (OSError, ValueError) as e:
+        raise NlEmbryoError(f"{self.path/'config.json'} cannot be read ({type(e).__name__}: it is cut short or garbled)",
+                            "the checkpoints still load (Run(...).load); to train on, start a new run with another --out") from None
+    if not isinstance(cfg, dict): raise NlEmbryoError(f"{self.path/'config.json'} holds {type(cfg).__name__}, not a run's configuration", "start a new run with another --out")
+    return cfg
 
 # %% ../nbs/05_timeline.ipynb #d4a8c6e2
 @patch
@@ -201,13 +210,13 @@ def is_causal(self: Run) -> bool:
     return not self.is_pair() and is_causal(self.model_config())
 
 # %% ../nbs/05_timeline.ipynb #35510850
-_CONTENT_IDS: dict = {}   # (folder, the identity of each of its files) -> `content_digest`: a folder is read once per process while unchanged
+_CONTENT_IDS: dict = {}   # (folder, the identity of each file it loads from) -> `content_digest`: a folder is read once per process while unchanged
 
 def _content_id(path: Path) -> str:
-    "`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of its files."
-    path = Path(path).resolve()
-    ident = (str(path), tuple((p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                              for p in sorted(path.rglob('*')) if p.is_file() for st in [p.stat()]))
+    "`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of the files a load reads (`model_files`)."
+    path = Path(path)
+    ident = (str(path.resolve()), tuple((p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                                        for p in model_files(path) for st in [p.stat()]))
     if (digest := _CONTENT_IDS.get(ident)) is None: digest = _CONTENT_IDS[ident] = content_digest(path)
     return digest
 
@@ -273,11 +282,10 @@ def tokenizer(self: Run,
               step: int | None = None,  # the checkpoint whose tokenizer to load (None: the last)
              ):                         # a transformers tokenizer
     "The tokenizer of checkpoint `step` (None: the last), without its model."
-    from transformers import AutoTokenizer
     step = max(self.steps()) if step is None else step
     where = self.checkpoint(step) if self.source.owned else self.source.checkpoints[step].tokenizer
     if where is None: raise NlEmbryoError(f"checkpoint step {step} of {self.path} has no tokenizer files", "save the tokenizer (tokenizer.save_pretrained) into its folder")
-    with quiet_transformers(): return AutoTokenizer.from_pretrained(where)
+    return load_tokenizer(where)
 
 # %% ../nbs/05_timeline.ipynb #a4137979
 @patch
@@ -346,9 +354,10 @@ def metrics(self: Run) -> pd.DataFrame:
         return trainer_metrics(self.source.trainer_state) if self.source.trainer_state else pd.DataFrame()
     p = self.path/'metrics.jsonl'; rows = []
     if p.exists():
-        for line in p.read_text().splitlines():
-            try: rows.append(json.loads(line))
-            except json.JSONDecodeError: pass
+        for line in p.read_text(encoding='utf-8', errors='replace').splitlines():
+            try: r = json.loads(line)
+            except ValueError: continue
+            if isinstance(r, dict) and 'step' in r: rows.append(r)       # a garbled or foreign line is not a row
     return pd.DataFrame(rows)
 
 # %% ../nbs/05_timeline.ipynb #d1499fee
@@ -364,8 +373,8 @@ def load(self: Run,
     read attention weights). `part` picks the generator or discriminator of an ELECTRA pair (default: discriminator);
     a model folder without an MLM head loads as its base encoder."""
     from safetensors import SafetensorError
-    from transformers import AutoTokenizer
     if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
+    device = get_device(str(device)) if device is not None else get_device('cpu')      # a device this machine lacks is named before any load
     path = self.checkpoint(step, verify=True)
     tok_path = path
     if not self.source.owned:
@@ -377,11 +386,13 @@ def load(self: Run,
     kw = dict(attn_implementation='eager') if eager else {}
     try:
         model = load_model(path, **kw)
-        with quiet_transformers(): tok = AutoTokenizer.from_pretrained(tok_path)
+        tok = load_tokenizer(tok_path)
     except NlEmbryoError: raise
-    except (OSError, ValueError, SafetensorError) as e:     # damage the cheap check cannot see
-        raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {e}",
-                            "its files are damaged: load another step, or write this one again (remove it and continue the run with --resume)") from e
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:     # damage the cheap check cannot see
+        fix = ("its files are damaged: load another step, or write this one again (remove it and continue the run with --resume)" if self.source.owned else
+               f"its files do not load (nl_embryo did not write this folder, and changes nothing in it): analyse the other steps "
+               f"(--steps), or, if it should load, check it with transformers' from_pretrained")
+        raise NlEmbryoError(f"{path} cannot be loaded: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", fix) from e
     check_tokenizer_fits(model, tok, path, strict=self.source.owned)
     if hasattr(model, 'discriminator'): model = model.generator if part == 'generator' else model.discriminator
     return model.to(device).eval(), tok
@@ -521,8 +532,13 @@ def map(self: Run,
     """Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy
     frame with a `step` column. Each step's result is cached on disk, keyed by `fn` (its source), `data`, `options`
     and `cache_tag` (e.g. a version number) and the checkpoint's files."""
+    if not callable(fn): raise NlEmbryoError(f"Run.map needs an analysis function, not {type(fn).__name__} {fn!r}", "pass fn(model, tokenizer, data, **options) -> DataFrame")
     all_steps = self.steps()
-    steps = all_steps if steps is None else [steps] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
+    try:
+        if isinstance(steps, str): steps = [int(s) for s in steps.replace(' ', '').split(',') if s]       # '0,16', as the command line writes them
+        steps = all_steps if steps is None else [int(steps)] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
+    except (TypeError, ValueError):
+        raise NlEmbryoError(f"steps={steps!r} is not a step or a list of steps", f"pass an int, a list of ints or None (all); this run has {', '.join(map(str, all_steps))}") from None
     missing = [s for s in steps if s not in all_steps]
     for s in missing: self.checkpoint(s)          # a damaged one is named, with the fix
     if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
