@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
-           'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'build_lock', 'is_disk_full', 'sha256_file',
-           'file_mode', 'remove_stale_temps', 'seed_everything', 'get_device', 'native_bf16', 'autocast_dtype',
-           'human_size', 'available_memory', 'check_writable', 'torch_threads']
+__all__ = ['WRITER_LOCK', 'PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
+           'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'build_lock', 'lock_holder', 'writer_lock',
+           'is_disk_full', 'sha256_file', 'file_mode', 'remove_stale_temps', 'seed_everything', 'get_device',
+           'native_bf16', 'autocast_dtype', 'human_size', 'available_memory', 'check_writable', 'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -124,6 +124,54 @@ def build_lock(path,                  # the cache entry (a file or folder) about
         yield
     finally: os.close(fd)                         # closing the descriptor releases the lock
 
+# %% ../nbs/00_core.ipynb #796b0b6c
+WRITER_LOCK = '.nl_embryo.lock'   # in a run folder while a process writes it: its process id
+
+def lock_holder(folder,  # a run folder
+               ) -> int | None:  # the process id of the process writing it, or None when none is
+    "The process id of the process that holds `writer_lock` on `folder` now; None when no process does (or locks are not supported)."
+    p = Path(folder)/WRITER_LOCK
+    try: fd = os.open(p, os.O_RDONLY)
+    except OSError: return None
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 64).decode(errors='replace').strip()
+            return int(text) if text.isdigit() else -1
+        except OSError: return None
+        fcntl.flock(fd, fcntl.LOCK_UN); return None
+    finally: os.close(fd)
+
+@contextlib.contextmanager
+def writer_lock(folder,          # the run folder (created if missing)
+                what: str = 'run',  # what is written, for the message
+               ):
+    """Hold an exclusive lock on `folder` while writing it; another process holding it already is refused at once, naming
+    its process id. The lock file is removed when the block ends, and the folder too when the block created it and left it empty."""
+    folder = Path(folder); created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder/WRITER_LOCK
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors='replace').strip(); os.close(fd)
+            raise NlEmbryoError(f"another process{' (' + holder + ')' if holder else ''} is writing the {what} in {folder}: two at once would interleave "
+                                f"their checkpoints and metrics", "wait for it to finish (or stop it), then run again; --resume continues from its newest checkpoint") from None
+        except OSError: break                     # no locks on this file system: go ahead unlocked
+        try: same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError: same = False
+        if same: break
+        os.close(fd)                              # the file was removed by the holder as it left: lock the new one
+    try:
+        os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError): lock.unlink()
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError): folder.rmdir()      # only when empty
+
 # %% ../nbs/00_core.ipynb #5560c01c
 def is_disk_full(e: BaseException | None,  # the exception to inspect, with its `__cause__`/`__context__` chain (None: False)
                  ) -> bool:
@@ -233,7 +281,7 @@ def _cgroup_room(root='/sys/fs/cgroup',   # where the cgroup file systems are mo
     """Bytes the process's memory cgroup still allows (v2 `memory.max` - `memory.current`, else v1's `limit_in_bytes` -
     `usage_in_bytes`), read in the process's own cgroup, else at `root` (a container's own cgroup); None where no limit is set."""
     if own is None:
-        try: own = next((l.split(':', 2)[2].strip() for l in open('/proc/self/cgroup') if l.startswith('0::') or ':memory:' in l), '/')
+        try: own = next((l.split(':', 2)[2].strip() for l in Path('/proc/self/cgroup').read_text().splitlines() if l.startswith('0::') or ':memory:' in l), '/')
         except OSError: own = '/'
     for base in dict.fromkeys([own.strip('/'), '']):          # the own cgroup first, then the root one
         for mount, limit, used in (('', 'memory.max', 'memory.current'), ('memory', 'memory.limit_in_bytes', 'memory.usage_in_bytes')):   # v2, v1
@@ -256,7 +304,7 @@ def available_memory(device,  # a `torch.device` or its name
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     if device.type != 'cpu': return None
     room = None
-    try: room = next(int(l.split()[1]) * 1024 for l in open('/proc/meminfo') if l.startswith('MemAvailable:'))
+    try: room = next(int(l.split()[1]) * 1024 for l in Path('/proc/meminfo').read_text().splitlines() if l.startswith('MemAvailable:'))
     except (OSError, StopIteration, ValueError, IndexError):
         try: room = os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
         except (ValueError, OSError, AttributeError): pass

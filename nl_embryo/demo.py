@@ -14,7 +14,7 @@ import pandas as pd
 from .analysis import analyses   # the built-in analyses, registered: their tables, charts and phase marks
 from .analysis import analyses as registry, analyze   # `registry`: run_analyses has a parameter `analyses`
 from .core import NlEmbryoError, atomic_write_text
-from .pretrain import PretrainConfig, pretrain
+from .pretrain import PretrainConfig, holds_run, pretrain
 from .timeline import PHASE_COLUMNS, Run, eval_rows, as_run, unigram_entropy_of
 from .reconstruction import prediction_phases
 from .docs import notebook_to_html
@@ -250,7 +250,7 @@ def run_demo(out='runs/demo',                                     # the run fold
     fetch(list(DEMO_SOURCES), quiet=not progress)     # what the demo reads; `nl-embryo data fetch` gets the rest of the default set
     cfg = demo_config(out, **overrides)
     build_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, quiet=not progress)
-    run_dir = pretrain(cfg, resume=bool(list_checkpoints(out, warn=False)), quiet=not progress)
+    run_dir = pretrain(cfg, resume=holds_run(out) is not None, quiet=not progress)    # a demo there, damaged or not, is continued
     t_train = time.perf_counter() - t0
     if analysis_steps and (analyses is None or len(analyses)):
         steps = spread_steps(list(list_checkpoints(run_dir, warn=False)), analysis_steps, spread)

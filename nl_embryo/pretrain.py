@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
-                            is_disk_full, native_bf16, sha256_file, check_writable, available_memory)
+                            is_disk_full, native_bf16, sha256_file, check_writable, available_memory, WRITER_LOCK, writer_lock)
 from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, corpus_sources, load_corpus, tokenizer_dir
 from .data import fetch, is_fetched
 from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, PAIR_ARCHS, CAUSAL_ARCHS,
@@ -25,15 +25,15 @@ from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, P
                               split_mlm_head, build_model, check_tokenizer_matches, set_attention, count_parameters, training_flops)
 from .objectives import (EVAL_LOSSES, EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
                                   parse_mask_split, step_generator, word_start_table)
-from .checkpoints import (disk_full_error, list_checkpoints, load_trained_model, optimizer_from_safetensors,
+from .checkpoints import (CHECKPOINT_RE, damaged_checkpoints, disk_full_error, list_checkpoints, load_trained_model, optimizer_from_safetensors,
                                    remove_interrupted_saves, save_checkpoint, verify_checkpoint)
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'Lamb', 'make_optimizer',
-           'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'check_config', 'warmup_steps', 'batch_size_at',
-           'data_position', 'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
-           'training_attention', 'training_memory', 'fetch_corpus_sources', 'check_out_folder', 'pretrain',
-           'pretrain_seeds']
+__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'DIVERGED_FACTOR', 'Lamb',
+           'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'check_config', 'warmup_steps',
+           'batch_size_at', 'data_position', 'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy',
+           'batch_rows', 'training_attention', 'training_memory', 'holds_run', 'check_new_run_folder',
+           'fetch_corpus_sources', 'resume_point', 'check_out_folder', 'pretrain', 'pretrain_seeds']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
@@ -114,9 +114,14 @@ def checkpoint_steps(spec: str,     # 'log[:TOP[:EVERY]]' (powers of 2 up to TOP
     try:
         if spec.startswith('log'):
             parts = spec.split(':'); top = int(parts[1]) if len(parts) > 1 else 512; every = int(parts[2]) if len(parts) > 2 else 1000
+            if len(parts) > 3 or top < 1 or every < 1: raise ValueError
             steps = {2 ** k for k in range(int(math.log2(max(top, 1))) + 1)} | set(range(every, total + 1, every))
-        elif spec.startswith('linear:'): steps = set(range(0, total + 1, int(spec.split(':')[1])))
-        else: steps = {int(s) for s in spec.split(',') if s.strip()}
+        elif spec.startswith('linear:'):
+            if (every := int(spec.split(':', 1)[1])) < 1: raise ValueError
+            steps = set(range(0, total + 1, every))
+        else:
+            steps = {int(s) for s in spec.split(',') if s.strip()}
+            if not steps or min(steps) < 0: raise ValueError
     except (ValueError, IndexError):
         raise NlEmbryoError(f"bad checkpoint spec {spec!r}", "use 'log', 'log:512:1000', 'linear:100' or a list like '0,10,100'")
     return sorted({s for s in steps if 0 <= s <= total} | {0, total})
@@ -229,8 +234,9 @@ def check_config(cfg: PretrainConfig,  # the options as given (before `resolved`
     for k in ('rtd_weight', 'script_alpha'):
         if not (getattr(cfg, k) >= 0 and math.isfinite(getattr(cfg, k))): raise NlEmbryoError(f"--{k.replace('_', '-')} {getattr(cfg, k)} must be a finite number, 0 or more", f"use e.g. {PretrainConfig.__dataclass_fields__[k].default}")
     if cfg.optimizer not in OPTIMIZERS: raise NlEmbryoError(f"unknown optimizer {cfg.optimizer!r}", f"choose one of: {', '.join(OPTIMIZERS)}")
+    for k in ('seed', 'eval_seed'):
+        if not 0 <= getattr(cfg, k) < 2**32: raise NlEmbryoError(f"--{k.replace('_', '-')} {getattr(cfg, k)} is not a seed: it must be an integer from 0 to {2**32 - 1:,}", f"use e.g. --{k.replace('_', '-')} 0")
     if cfg.device: get_device(cfg.device)     # an unknown device, or CUDA on a machine without it, is named
-
 
 # %% ../nbs/04_pretrain.ipynb #c393e407
 def _causal_fill(cfg, filled: dict) -> dict:
@@ -597,15 +603,36 @@ def _check_resume_point(run: Path, existing: dict) -> None:
     verify_checkpoint(existing[start], fix=f"remove {existing[start]} and run --resume again: {where} (`nl-embryo verify {run}` checks every checkpoint)")
 
 # %% ../nbs/04_pretrain.ipynb #5c0b35c3
+def holds_run(folder,  # a folder (need not exist)
+             ) -> str | None:  # what of a run it holds, in words; None when it holds none
+    "What of a run of nl_embryo the folder holds (its config.json, metrics.jsonl, checkpoints, damaged or not), in words; None when none of them."
+    folder = Path(folder)
+    cks = sorted(p.name for p in (folder/'checkpoints').iterdir() if CHECKPOINT_RE.match(p.name)) if (folder/'checkpoints').is_dir() else []
+    parts = [n for n in ('config.json', 'metrics.jsonl') if (folder/n).exists()]
+    if cks: parts.append(f"checkpoints {', '.join(cks[:4])}{' ...' if len(cks) > 4 else ''}")
+    elif (folder/'checkpoints').is_dir(): parts.append('a checkpoints/ folder')
+    return ', '.join(parts) or None
+
+def check_new_run_folder(run: Path,    # the run folder (`--out`)
+                         resume: bool, # whether the run is resumed (then it must hold one)
+                        ) -> None:
+    """Refuse to start a new run in a folder that holds one (damaged or not: nothing already written is overwritten) or
+    that holds other files (nl_embryo writes only into folders it creates, or empty ones)."""
+    if resume or not run.is_dir(): return
+    if held := holds_run(run):
+        bad = damaged_checkpoints(run)
+        raise NlEmbryoError(f"{run} already holds a run ({held}{f'; {len(bad)} checkpoint(s) damaged' if bad else ''}): a new run would overwrite it",
+                            "continue it with --resume (it writes damaged or missing checkpoints again), or choose another --out")
+    if other := sorted(p.name for p in run.iterdir() if p.name != WRITER_LOCK):
+        raise NlEmbryoError(f"{run} holds files that are not a run of nl_embryo ({', '.join(other[:5])}{' ...' if len(other) > 5 else ''}): "
+                            f"nl_embryo writes a run only into a new or empty folder", f"choose a new folder for --out, e.g. {run/'run'}")
+
 def _open_run(cfg, run: Path, resume: bool, acc):
     """The run folder's complete checkpoints (step -> folder), the damaged ones `list_checkpoints` skipped, and what the
     run recorded of itself (`_recorded_info`: its `config.json`, else its newest checkpoint's options; empty for a new
-    run); a new run over an old one, a --resume from a damaged checkpoint and a --resume that changes the data, the
-    model or the batch are refused."""
+    run); a --resume from a damaged checkpoint and a --resume that changes the data, the model or the batch are refused."""
     skipped = {}
     existing = list_checkpoints(run, warn=acc.is_main_process and not resume, skipped=skipped)
-    if existing and not resume:
-        raise NlEmbryoError(f"{run} already holds a run (checkpoints up to step{max(existing)})", "continue it with --resume, or choose another --out")
     old_info = _recorded_info(run, existing) if resume else {}
     if resume: _check_resume_point(run, existing)
     if old_info:
@@ -661,14 +688,28 @@ def fetch_corpus_sources(cfg: PretrainConfig,  # a resolved config: its corpus a
 
 
 # %% ../nbs/04_pretrain.ipynb #decd4c0b
-def _init_model(cfg, run: Path, resume: bool, existing: dict, skipped: dict, data, acc, quiet: bool):
-    """The model a run starts from, the step it starts at and its trainer state (tokens seen, FLOPs, seconds; on resume
-    also the optimizer's saved state, which `_prepare_training` takes out); on resume, damaged checkpoints are reported
-    and interrupted saves removed."""
+def resume_point(existing: dict,   # the run's complete checkpoints, {step: folder}
+                 skipped: dict,    # its damaged ones, {step: what is wrong}
+                 ck_steps: list,   # the checkpoint schedule of the continued run
+                ) -> tuple[int | None, list[int]]:  # (the step to continue from, None: from a new model; the checkpoints to write again)
+    """Where a resumed run continues: from its newest complete checkpoint, unless a checkpoint of the schedule before it is
+    missing or damaged (removed as the fix of a damage says, say); then from the newest complete one before the first such
+    gap (None when that gap is step 0: the model is built again from the seed), so that every gap is written again."""
+    if not existing: return None, sorted(s for s in skipped)
+    newest = max(existing)
+    gaps = sorted({s for s in ck_steps if s < newest and s not in existing} | {s for s in skipped if s < newest})
+    if not gaps: return newest, sorted(s for s in skipped if s > newest)
+    before = [s for s in existing if s < gaps[0]]
+    return (max(before) if before else None), sorted(set(gaps) | {s for s in skipped if s > newest})
+
+def _init_model(cfg, run: Path, resume: bool, existing: dict, start: int | None, rewrite: list, data, acc, quiet: bool):
+    """The model a run starts from and its trainer state (tokens seen, FLOPs, seconds; on resume also the optimizer's saved
+    state, which `_prepare_training` takes out): checkpoint `start` (`resume_point`), else a new model; on resume the
+    checkpoints written again are named and interrupted saves removed."""
     seed_everything(cfg.seed)
-    start, state = 0, dict(tokens_seen=0, flops=0.0, elapsed=0.0)
-    if resume and existing:
-        start = max(existing); ck = existing[start]
+    state = dict(tokens_seen=0, flops=0.0, elapsed=0.0)
+    if start is not None:
+        ck = existing[start]
         model = load_trained_model(ck)
         saved = json.loads((ck/'trainer_state.json').read_text())
         state = {k: saved[k] for k in ('tokens_seen', 'flops', 'elapsed')}; state['optimizer'] = saved['optimizer']; state['half'] = saved.get('half')
@@ -679,15 +720,13 @@ def _init_model(cfg, run: Path, resume: bool, existing: dict, skipped: dict, dat
                             position_init=cfg.position_init,
                             **({'generator_fraction': cfg.generator_fraction} if cfg.generator_fraction else {}))
         if cfg.output_bias == 'unigram': set_output_bias(model, data.log_unigram)
-    if resume and acc.is_main_process:      # stacklevel 3: the warnings name the caller of `pretrain`
-        if bad := {s: p for s, p in skipped.items() if s > start}:
-            warnings.warn(f"--resume skipped the damaged checkpoint(s) {', '.join(f'step{s} ({p})' for s, p in bad.items())} and "
-                          f"continues from step{start}, the newest good one; they are written again as training passes them", stacklevel=3)
-        if bad := {s: p for s, p in skipped.items() if s < start}:
-            warnings.warn(f"{run} keeps damaged checkpoint(s) {', '.join(f'step{s} ({p})' for s, p in bad.items())} that "
-                          f"--resume does not write again (it continues from step{start})", stacklevel=3)
+    if resume and acc.is_main_process:      # stacklevel 4: the warnings name the caller of `pretrain`
+        if rewrite:
+            warnings.warn(f"--resume writes checkpoint(s) {', '.join(f'step{s}' for s in rewrite)} again (missing or damaged): it continues from "
+                          f"{f'step{start}, the newest complete checkpoint before them' if start is not None else 'a new model (the seed builds the same one)'}; "
+                          f"a later checkpoint whose retrained weights equal the stored ones is kept as it is", stacklevel=4)
         remove_interrupted_saves(run)
-    return model, start, state
+    return model, state
 
 # %% ../nbs/04_pretrain.ipynb #1c1e578d
 def _prepare_training(cfg, model, existing: dict, start: int, state: dict, data, acc, bf16: bool):
@@ -701,7 +740,7 @@ def _prepare_training(cfg, model, existing: dict, start: int, state: dict, data,
     if start:
         from safetensors.torch import load_file
         optimizer_from_safetensors(optimizer, load_file(str(existing[start]/'optimizer.safetensors'), device=str(device)), state.pop('optimizer'))
-        state.pop('half', None)
+    state.pop('optimizer', None); state.pop('half', None)
 
     module = _ObjectiveModule(model, OBJECTIVES[cfg.objective], vocab_size=len(data.tok), mask_prob=cfg.mask_prob, word_starts=data.ws,
                               split=parse_mask_split(cfg.mask_split), temperature=cfg.temperature, rtd_weight=cfg.rtd_weight,
@@ -734,15 +773,32 @@ def _write_run_info(cfg, run: Path, data, model, old_info: dict, start: int, ck_
         evals = [s for s in lost if s == 0 or s in ck_steps or (cfg.eval_every and s % cfg.eval_every == 0)]
         warnings.warn(f"{metrics_path} lost the rows of step(s) {_spans(lost)}" + (f", the eval rows of step(s) {_spans(evals)} among them" if evals else '')
                       + (f" ({cut} line(s) cut or garbled were dropped)" if cut else '') + f": the run continues from step{start}, and its "
-                      f"training curves keep a gap there (the checkpoints are intact)", stacklevel=3)
+                      f"training curves keep a gap there (the checkpoints are intact)", stacklevel=4)
     atomic_write_text(metrics_path, ''.join(json.dumps(r) + '\n' for r in kept))
 
 # %% ../nbs/04_pretrain.ipynb #32f52c87
-def _save(acc, run: Path, cfg, unit: int, raw, tok, optimizer, state: dict, step: int) -> None:
-    "Checkpoint `step`: the model, the tokenizer, the optimizer and the trainer `state` with the data position."
+def _same_weights(folder: Path, model) -> bool:
+    "Whether the checkpoint in `folder` holds exactly the weights of `model` (a transformers model or an `ElectraPair`)."
+    try: stored = load_trained_model(folder).state_dict()
+    except Exception: return False
+    now = model.state_dict()
+    return stored.keys() == now.keys() and all(torch.equal(stored[k].cpu(), now[k].detach().cpu()) for k in now)
+
+def _save(acc, run: Path, cfg, unit: int, raw, tok, optimizer, state: dict, kept: dict, step: int) -> None:
+    """Checkpoint `step`: the model, the tokenizer, the optimizer and the trainer `state` with the data position. A
+    checkpoint a resumed run passes again (`kept`) stays as it is when the retrained weights equal it; otherwise it is
+    moved to `checkpoints/replaced-stepN` (nothing written is lost) and written anew, with a warning."""
     if acc.is_main_process:
-        save_checkpoint(run, step, raw.model, tok, optimizer.optimizer if hasattr(optimizer, 'optimizer') else optimizer,
-                        dict(state, config=asdict(cfg), data_position=data_position(step, cfg, unit)), half=cfg.half_checkpoints)
+        if step in kept and _same_weights(kept[step], raw.model): pass
+        else:
+            if step in kept:
+                old = kept[step].with_name(f"replaced-step{step}")
+                if old.exists(): shutil.rmtree(old)
+                kept[step].rename(old)
+                warnings.warn(f"checkpoint step{step}, trained again after a gap, differs from the stored one (the continuation was not "
+                              f"bit-exact); the stored one is kept as {old}")
+            save_checkpoint(run, step, raw.model, tok, optimizer.optimizer if hasattr(optimizer, 'optimizer') else optimizer,
+                            dict(state, config=asdict(cfg), data_position=data_position(step, cfg, unit)), half=cfg.half_checkpoints)
     acc.wait_for_everyone()
 
 # %% ../nbs/04_pretrain.ipynb #7d2a3f2c
@@ -783,14 +839,38 @@ def _forward_backward(module, acc, train, rows, mb: int, step: int, cfg, device)
     return values[0], dict(zip(stats, values[1:]))
 
 # %% ../nbs/04_pretrain.ipynb #f65cbcc5
-def _check_finite(loss: float, gnorm: float, step: int, last_good: int, run: Path) -> None:
-    "Raise if the `loss` or the gradient norm `gnorm` of optimizer step `step` is not finite."
-    if not math.isfinite(loss):
-        raise NlEmbryoError(f"the loss became {loss} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
-                            "lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good checkpoint)")
-    if not math.isfinite(gnorm):
-        raise NlEmbryoError(f"the gradient norm became {gnorm} at step {step + 1}: training stopped; the last good checkpoint is step{last_good} in {run/'checkpoints'}",
-                            "lower --lr or turn gradient clipping on, then continue with --resume")
+DIVERGED_FACTOR = 4.0   # a run has diverged when its LM loss passes this many times log V, the loss of a uniform guess
+
+def _diverged(what: str, step: int, last_good: int, run: Path, cfg, unwritten: bool = False) -> NlEmbryoError:
+    """The error of a run that diverged at `step`: what happened, the last good checkpoint, and a fix that continues from it
+    (a tenth of the learning rate, or the recipe's own where that is lower, with clipping on)."""
+    lr = min(cfg.lr / 10, RECIPES[cfg.recipe].lr) if cfg.recipe in RECIPES else cfg.lr / 10
+    return NlEmbryoError(f"{what} at step {step}{f' (checkpoint step{step} is not written)' if unwritten else ''}: training stopped; the last good "
+                         f"checkpoint is step{last_good} in {run/'checkpoints'} (its weights, training loss and eval loss are finite and below "
+                         f"{DIVERGED_FACTOR:g} x log V)",
+                         f"lower --lr (or keep --max-grad-norm on), check the corpus, then continue with --resume (it restarts from the last good "
+                         f"checkpoint), e.g. nl-embryo pretrain --out {run} --resume --lr {lr:g} --max-grad-norm 1.0 with the run's other options")
+
+def _check_step(stats: dict, gnorm: float, step: int, last_good: int, run: Path, cfg, bound: float) -> None:
+    """Raise if optimizer step `step` (0-based) diverged: its loss or gradient norm `gnorm` is not finite, or its LM loss
+    (`mlm_loss`, `clm_loss`) passes `bound` (`DIVERGED_FACTOR` x log V)."""
+    loss = stats['loss']
+    if not math.isfinite(loss): raise _diverged(f"the loss became {loss}", step + 1, last_good, run, cfg)
+    if not math.isfinite(gnorm): raise _diverged(f"the gradient norm became {gnorm}", step + 1, last_good, run, cfg)
+    lm = next((stats[k] for k in ('mlm_loss', 'clm_loss') if k in stats), loss)
+    if lm > bound: raise _diverged(f"the LM loss exploded to {lm:.4g} nats (more than {DIVERGED_FACTOR:g} x log V = {bound:.2f})", step + 1, last_good, run, cfg)
+
+def _check_checkpoint(model, row: dict, step: int, last_good: int, run: Path, cfg, bound: float) -> None:
+    """Raise before checkpoint `step` is written when it is not good: a weight that is not finite, an eval loss that is
+    not finite, or an eval LM loss past `bound`. A checkpoint nl_embryo writes is always one a run can continue from."""
+    evals = {k: v for k, v in row.items() if k.startswith('eval_') and k.endswith('_loss')}
+    if bad := next((k for k, v in evals.items() if not math.isfinite(v)), None):
+        raise _diverged(f"the {bad.replace('_', ' ').replace('mlm', 'MLM').replace('clm', 'next-token')} became {evals[bad]}", step, last_good, run, cfg, True)
+    if lm := next((evals[k] for k in EVAL_LOSSES if k in evals and evals[k] > bound), None):
+        raise _diverged(f"the eval LM loss exploded to {lm:.4g} nats (more than {DIVERGED_FACTOR:g} x log V = {bound:.2f})", step, last_good, run, cfg, True)
+    params = model.parameters() if hasattr(model, 'parameters') else []
+    if not all(bool(torch.isfinite(p).all()) for p in params):
+        raise _diverged("a weight became infinite or NaN", step, last_good, run, cfg, True)
 
 # %% ../nbs/04_pretrain.ipynb #3f65113f
 def _finish_run(cfg, run: Path, acc, metrics_path: Path, h_unigram: float) -> None:
@@ -801,7 +881,7 @@ def _finish_run(cfg, run: Path, acc, metrics_path: Path, h_unigram: float) -> No
         k = next(k for k in EVAL_LOSSES if k in final)
         warnings.warn(f"{run} ended on the unigram plateau: its held-out {'next-token' if k == 'eval_clm_loss' else 'MLM'} loss {final[k]:.3f} is not "
                       f"{PLATEAU_MARGIN} nat below the corpus' unigram entropy {h_unigram:.3f}, so the model predicts token "
-                      f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=3)
+                      f"frequencies, not from context. Knobs that move it off: {_plateau_advice(cfg)}", stacklevel=4)
 
 # %% ../nbs/04_pretrain.ipynb #dfc5712a
 def check_out_folder(out,                   # the run folder (`PretrainConfig.out`)
@@ -840,40 +920,49 @@ def _named_out_of_memory(cfg, micro: int, device, run: Path, last_good):
 
 # %% ../nbs/04_pretrain.ipynb #4ec42bd6
 def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `PretrainConfig()`)
-             resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly)
+             resume: bool = False,               # continue the run in `cfg.out` from its newest complete checkpoint (exactly), writing missing or damaged ones again
              quiet: bool = False,                # no progress bar and no messages
              on_step=None,                       # called with each optimizer step's metrics row (a dict) once it is logged
              **overrides,                        # options that replace those of `cfg`, e.g. steps=100
             ) -> Path:                           # the run folder
-    "Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path."
+    """Pre-train a model as `cfg` says (keyword overrides allowed); write the run folder and return its path. A new run
+    goes only into a new or empty folder; one process writes a run at a time (`writer_lock`)."""
     cfg = dataclasses.replace(cfg or PretrainConfig(), **overrides).resolved()
     run = check_out_folder(cfg.out, resume)                          # before any work: a folder to write, a run to resume
+    check_new_run_folder(run, resume)                                # a new run never goes over an old one, nor into a folder of other files
     acc, device, bf16 = _accelerator(cfg)
+    with (writer_lock(run) if acc.is_main_process else _nullcontext()):
+        return _train(cfg, run, resume, quiet, on_step, acc, device, bf16)
+
+def _train(cfg, run: Path, resume: bool, quiet: bool, on_step, acc, device, bf16: bool) -> Path:
+    "The body of `pretrain`, with the run folder locked: set up, then the loop over the optimizer steps."
     W, A = acc.num_processes, cfg.grad_accum
     if cfg.batch_size % (A * W):
         raise NlEmbryoError(f"batch_size {cfg.batch_size} does not split into {A} accumulation steps x {W} processes", "choose a batch size divisible by both")
     unit, micro = A * W, cfg.batch_size // (A * W)
     existing, skipped, old_info = _open_run(cfg, run, resume, acc)      # the run folder: new, or resumed from its newest checkpoint
+    ck_steps = checkpoint_steps(cfg.checkpoints, cfg.steps)
+    start, rewrite = resume_point(existing, skipped, ck_steps) if resume else (None, [])
     data = _load_data(cfg, micro, old_info, quiet, acc)
-    model, start, state = _init_model(cfg, run, resume, existing, skipped, data, acc, quiet)
+    model, state = _init_model(cfg, run, resume, existing, start, rewrite, data, acc, quiet)
     _check_memory(cfg, model, micro, device, bf16, processes=W)       # before the run writes anything: a step that cannot fit
     module, optimizer, raw, attention = _prepare_training(cfg, model, existing, start, state, data, acc, bf16)
     evaluate = lambda: _evaluate(raw, data.eval_batches, cfg.eval_seed, device, mask_prob=cfg.eval_mask_prob, split=data.eval_split)
-
     flops_per_block = training_flops(model, cfg.block_size, cfg.block_size, objective=cfg.objective, masked_fraction=cfg.mask_prob)
-    ck_steps = checkpoint_steps(cfg.checkpoints, cfg.steps)
-    warmup = warmup_steps(cfg)
-    metrics_path = run/'metrics.jsonl'
-    save = partial(_save, acc, run, cfg, unit, raw, data.tok, optimizer, state)
+    warmup, bound = warmup_steps(cfg), DIVERGED_FACTOR * math.log(len(data.tok))
+    metrics_path, first = run/'metrics.jsonl', 0 if start is None else start
+    kept = {s: p for s, p in existing.items() if s > first and s not in rewrite}   # checkpoints after the restart that stay unless retrained otherwise
+    save = partial(_save, acc, run, cfg, unit, raw, data.tok, optimizer, state, kept)
     log = partial(_log, acc, metrics_path, data.h_unigram)
-    if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, start, ck_steps, flops_per_block, acc, bf16, attention, bool(existing))
-    last_good = max([s for s in ck_steps if s <= start], default=0)
+    if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, first, ck_steps, flops_per_block, acc, bf16, attention, start is not None)
+    last_good = first
     with _named_out_of_memory(cfg, micro, device, run, lambda: last_good):
-        if not existing:                    # a new run: its step-0 row and checkpoint (a resumed one keeps those it has)
-            if acc.is_main_process: log(dict(step=0, tokens_seen=0, flops=0.0, **evaluate()))
+        if start is None:                   # a new model: its step-0 row and checkpoint (a resumed one keeps those it has)
+            row = dict(step=0, tokens_seen=0, flops=0.0, **evaluate())
+            _check_checkpoint(raw.model, row, 0, 0, run, cfg, bound)
+            if acc.is_main_process: log(row)
             save(0)
-
-        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"pretrain {cfg.arch}/{cfg.objective} on {cfg.corpus}",
+        bar = tqdm(range(first, cfg.steps), initial=first, total=cfg.steps, desc=f"pretrain {cfg.arch}/{cfg.objective} on {cfg.corpus}",
                    disable=quiet or not acc.is_main_process, unit='step', dynamic_ncols=True)
         for step in bar:
             t0 = time.perf_counter()
@@ -882,13 +971,14 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
             B = batch_size_at(step, cfg, unit)
             rows = batch_rows(step, B, len(data.train), cfg.seed, position=data_position(step, cfg, unit))
             gnorm, stats = _forward_backward(module, acc, data.train, rows, B // unit, step, cfg, device)
-            _check_finite(stats['loss'], gnorm, step, last_good, run)
+            _check_step(stats, gnorm, step, last_good, run, cfg, bound)
             optimizer.step(); optimizer.zero_grad(set_to_none=True)
             dt = time.perf_counter() - t0
             state['tokens_seen'] += B * cfg.block_size; state['flops'] += flops_per_block * B; state['elapsed'] += dt
             row = dict(step=step + 1, lr=lr, grad_norm=gnorm, batch_size=B, tokens_seen=state['tokens_seen'], flops=state['flops'],
                        step_flops=flops_per_block * B, tokens_per_s=B * cfg.block_size / dt, **stats)
             if step + 1 in ck_steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0): row.update(evaluate())
+            if step + 1 in ck_steps: _check_checkpoint(raw.model, row, step + 1, last_good, run, cfg, bound)
             log(row)
             bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
             if on_step is not None: on_step(row)

@@ -46,7 +46,7 @@ def test_truncated_weights_are_skipped_named_and_resumed_from_the_last_good(tmp_
     model, _ = r.load()                                                # the newest good one
     sd, w2 = model.state_dict(), weights(run, 2)
     assert all(torch.equal(sd[k], w2[k]) for k in w2 if k in sd) and any(k in sd for k in w2)
-    with pytest.warns(UserWarning, match=r'skipped the damaged checkpoint\(s\) step4 .*continues from step2'):
+    with pytest.warns(UserWarning, match=r'writes checkpoint\(s\) step4 again .*continues from step2'):
         pretrain(PretrainConfig(out=str(run), steps=4, checkpoints='0,2,4', **MINI), resume=True, quiet=True)
     assert Run(run).steps() == [0, 2, 4]
     assert same_weights(weights(run, 4), weights(reference, 4))      # the continuation is exact
@@ -126,7 +126,7 @@ def test_a_deleted_manifest_among_manifested_checkpoints_is_damage(tmp_path, ref
     assert list(damaged_checkpoints(run)) == [4] and 'manifest.json is missing' in damaged_checkpoints(run)[4]
     assert Run(run).steps() == [0, 2]
     with pytest.raises(NlEmbryoError, match='step4 .* is damaged: manifest.json is missing'): Run(run).load(4)
-    with pytest.warns(UserWarning, match=r'skipped the damaged checkpoint\(s\) step4 .*continues from step2'):
+    with pytest.warns(UserWarning, match=r'writes checkpoint\(s\) step4 again .*continues from step2'):
         pretrain(PretrainConfig(out=str(run), steps=4, checkpoints='0,2,4', **MINI), resume=True, quiet=True)   # step4 is trained again
     assert same_weights(weights(run, 4), weights(reference, 4)) and (run/'checkpoints'/'step4'/CHECKPOINT_MANIFEST).exists()
 

@@ -267,7 +267,10 @@ def test_a_step_that_cannot_fit_is_refused_before_anything_is_written(tmp_path, 
     # 64 blocks of 16,384 tokens: the attention weights alone are about 0.5 TB (this test holds on any machine with less)
     rc, err = cli(capsys, 'pretrain', '--corpus', 'english', '--block-size', 16384, '--batch-size', 64, '--preset', 'tiny', '--out', tmp_path/'run', '--quiet')
     assert rc == 2 and 'Traceback' not in err, err[-2000:]
-    assert 'needs at least' in err and 'square of the block' in err and '--grad-accum' in err, err
+    assert 'needs at least' in err and '--grad-accum' in err, err
+    from nl_embryo.core import native_bf16
+    if P.training_attention('cpu', native_bf16('cpu')) == 'eager':       # eager attention keeps its weights: they dominate
+        assert 'square of the block' in err, err
     assert not (tmp_path/'run').exists() or not any((tmp_path/'run').iterdir())
 
 
