@@ -4,7 +4,7 @@
 
 # %% ../nbs/infra/batch.ipynb #bc1c9684
 from __future__ import annotations
-import ast, contextlib, dataclasses, difflib, hashlib, io, itertools, json, os, re, shlex, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback, uuid
+import ast, contextlib, dataclasses, difflib, hashlib, io, itertools, json, math, os, re, shlex, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback, uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -18,13 +18,15 @@ from tqdm.auto import tqdm
 from .core import NlEmbryoError, atomic_write_bytes, atomic_write_json, atomic_write_text, check_writable, project_root
 
 # %% auto #0
-__all__ = ['GRID_ALIAS_LIMIT', 'RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'job_id', 'Job', 'expand_grid',
-           'experiment_fingerprint', 'notebook_parameters', 'check_types', 'notebook_checks', 'run_checks',
-           'check_grid', 'job_state', 'IpcKernelManager', 'run_job', 'detect_gpus', 'worker_slots', 'SweepResult',
-           'collect', 'format_summary', 'sweep', 'write_slurm', 'run_job_index', 'add_sweep_parser']
+__all__ = ['GRID_ALIAS_LIMIT', 'GRID_DEPTH_LIMIT', 'GRID_JOB_LIMIT', 'RESERVED', 'KERNEL_START_TIMEOUT', 'load_grid', 'job_id',
+           'Job', 'expand_grid', 'experiment_fingerprint', 'notebook_parameters', 'check_types', 'notebook_checks',
+           'run_checks', 'check_grid', 'job_state', 'IpcKernelManager', 'run_job', 'detect_gpus', 'worker_slots',
+           'SweepResult', 'collect', 'format_summary', 'sweep', 'write_slurm', 'run_job_index', 'add_sweep_parser']
 
 # %% ../nbs/infra/batch.ipynb #6ebeecd9
 GRID_ALIAS_LIMIT = 100_000   # the most YAML nodes a grid's aliases may expand to (nested aliases can blow a small file up into billions)
+GRID_DEPTH_LIMIT = 32        # the deepest nesting of lists and mappings a grid may have
+GRID_JOB_LIMIT = 10_000      # the most jobs a grid may expand to (counted before it is expanded)
 
 def _node_size(node, sizes: dict) -> int:
     "The number of nodes `node` expands to, aliases included (memoised by node in `sizes`)."
@@ -53,6 +55,17 @@ _GridLoader.add_implicit_resolver('tag:yaml.org,2002:float', re.compile(r'^[-+]?
 
 RESERVED = ('out_dir',)   # set by the sweep itself
 
+def _check_depth(text: str, src: str) -> None:
+    "Refuse YAML nested deeper than `GRID_DEPTH_LIMIT` (the event stream is read without recursion; composing it would recurse)."
+    depth = 0
+    for ev in yaml.parse(text, Loader=_GridLoader):
+        if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > GRID_DEPTH_LIMIT:
+                raise NlEmbryoError(f"{src} nests lists or mappings more than {GRID_DEPTH_LIMIT} deep (line {ev.start_mark.line + 1})",
+                                    "write each parameter as `name: [values]`; a value may be a list or mapping, not nested this deep")
+        elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)): depth -= 1
+
 def _check_value(name, v):
     if v is None or isinstance(v, (str, bool, int, float)): return
     if isinstance(v, list):
@@ -80,7 +93,9 @@ def load_grid(grid,       # a YAML file's path (.yaml, .yml, .json), YAML text, 
             text = p.read_text()
         elif isinstance(grid, str): text = grid
         else: raise NlEmbryoError(f"a grid must be a YAML file, YAML text or a dict, not {type(grid).__name__}", "pass grid='grid.yaml'")
-        try: g = yaml.load(text, Loader=_GridLoader)
+        try:
+            _check_depth(text, src)
+            g = yaml.load(text, Loader=_GridLoader)
         except yaml.YAMLError as e: raise NlEmbryoError(f"{src} is not valid YAML: {e}", "fix the YAML syntax") from None
         if g is None: g = {}
     if not isinstance(g, dict):
@@ -128,6 +143,10 @@ def expand_grid(grid,            # a grid: a YAML file, YAML text or a dict (see
     axes = {k: v for k, v in g.items() if isinstance(v, list)}
     fixed = {k: v for k, v in g.items() if not isinstance(v, list)}
     keys = list(dict.fromkeys([*g, *(k for j in explicit or [] for k in j)]))   # the grid's order, then the explicit jobs' keys
+    n = (math.prod(len(v) for v in axes.values()) if axes or explicit is None else 0) + len(explicit or [])
+    if n > GRID_JOB_LIMIT:                # counted before anything is expanded: 8 KB of YAML can name 10^8 jobs
+        raise NlEmbryoError(f"the grid names {n:,} jobs ({' x '.join(f'{len(v)} {k}' for k, v in axes.items())}), more than the {GRID_JOB_LIMIT:,} "
+                            f"a sweep runs", "split it into several grids, or list the jobs you mean under `jobs:`")
     params = []
     if axes or explicit is None: params += [{**fixed, **dict(zip(axes, combo))} for combo in itertools.product(*axes.values())]
     params += [{**fixed, **j} for j in explicit or []]
@@ -478,12 +497,17 @@ def _parse_gpus(gpus) -> list[str]:
     if isinstance(gpus, str): return [] if gpus.strip().lower() in ('', 'none', 'cpu', '-1') else [g.strip() for g in gpus.split(',') if g.strip()]
     return [str(g) for g in gpus]
 
+def _check_gpus_per_job(n) -> None:
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
+        raise NlEmbryoError(f"--gpus-per-job {n} must be a whole number, 0 or more", "pass --gpus-per-job 1 (or 0: the jobs see no GPU)")
+
 def worker_slots(workers: int | None = None,  # jobs at a time (at least 1); None: one per GPU group, else 1
                  gpus=None,                   # the GPUs to share out: '0,1', a list, a count or 'none'; None: `detect_gpus()`
                  gpus_per_job: int = 1,       # the GPUs of each worker; 0: the jobs see no GPU
                 ) -> list[str | None]:        # one `CUDA_VISIBLE_DEVICES` value per worker
     "The `CUDA_VISIBLE_DEVICES` of each worker (None: leave the environment as it is; '': hide all GPUs)."
     if workers is not None and workers < 1: raise NlEmbryoError(f"workers={workers} must be at least 1", "pass --workers 1 or more")
+    _check_gpus_per_job(gpus_per_job)
     found = detect_gpus() if gpus is None else _parse_gpus(gpus)
     if found and gpus_per_job:
         if gpus_per_job > len(found):
@@ -682,8 +706,8 @@ def _stop_procs(procs: list, grace: float = 10):
 def _seconds(t) -> float | None:
     if t is None: return None
     if isinstance(t, (int, float)): return float(t)
-    m = re.fullmatch(r'\s*([0-9.]+)\s*([smhd]?)\s*', str(t))
-    if not m: raise NlEmbryoError(f"timeout {t!r} is not a duration", "pass seconds (600) or a number with s, m, h or d (30m, 2h)")
+    m = re.fullmatch(r'\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhd]?)\s*', str(t))
+    if not m or float(m.group(1)) <= 0: raise NlEmbryoError(f"timeout {t!r} is not a duration", "pass seconds (600) or a number with s, m, h or d (30m, 2h), above 0")
     return float(m.group(1)) * dict(s=1, m=60, h=3600, d=86400).get(m.group(2) or 's')
 
 class _Runner:
@@ -842,6 +866,8 @@ def write_slurm(notebook,                     # the experiment notebook (.ipynb,
     `workers` at a time, each running `nl-embryo sweep --out OUT --run-job $SLURM_ARRAY_TASK_ID`) and
     `out/slurm/collect.sbatch`; print the submit command, and which jobs another process runs (left out). Returns the array script, or None when no job is left to submit."""
     limit = _seconds(timeout)
+    _check_gpus_per_job(gpus_per_job)
+    if workers is not None and workers < 1: raise NlEmbryoError(f"workers={workers} must be at least 1", "pass --workers 1 or more")
     out, jobs, meta = _prepare(notebook, grid, out, kernel, allow_changed)
     todo, states = _to_run(out, jobs, retry_failed)
     running = _running_lines(out, jobs, states)

@@ -4,20 +4,21 @@
 
 # %% ../nbs/04b_charts.ipynb #98af8362
 from __future__ import annotations
-import base64, hashlib, io, json, struct, zlib
+import base64, hashlib, io, json, struct, sys, zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, cache_path
+from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, cache_path, human_size
 
 # %% auto #0
 __all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'PNG_KEY', 'VEGA_MIME',
            'EMBED_OPTIONS', 'step_scale', 'step_ticks', 'step_label', 'step_axis', 'step_slider', 'step_marks',
            'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines', 'baseline_rules',
            'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img', 'chart_png', 'chart_key',
-           'with_png_key', 'png_key', 'save_chart', 'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
+           'with_png_key', 'png_key', 'chart_renderer_problem', 'save_chart', 'lab_vegalite_version', 'vega_mimebundle',
+           'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
 STEP_SCALES = ('linear', 'point', 'symlog')
@@ -334,6 +335,23 @@ def png_key(path,            # a file's path
         at += 12 + n
     return None
 
+# %% ../nbs/04b_charts.ipynb #e4315012
+_RENDERER: dict = {}   # the address-space limit -> what a child process found (None: the renderer works)
+_SKIP_SAID: set = set()   # the problems already printed in this process (once each)
+
+def chart_renderer_problem() -> str | None:  # why charts cannot be drawn in this process; None when they can
+    "Why vl-convert cannot draw charts in this process (it would abort under this process's address-space limit), or None; probed once per limit in a child process."
+    import resource, subprocess
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft == resource.RLIM_INFINITY: return None
+    if soft not in _RENDERER:
+        code = "import vl_convert as v; v.vegalite_to_svg({'data': {'values': [{'a': 1}]}, 'mark': 'point', 'encoding': {'x': {'field': 'a', 'type': 'quantitative'}}})"
+        try: ok = subprocess.run([sys.executable, '-c', code], capture_output=True, timeout=120).returncode == 0
+        except (OSError, subprocess.SubprocessError): ok = False
+        _RENDERER[soft] = None if ok else (f"the chart renderer (vl-convert's JavaScript engine) cannot start under this process's address-space "
+                                           f"limit of {human_size(soft)} (ulimit -v)")
+    return _RENDERER[soft]
+
 # %% ../nbs/04b_charts.ipynb #bed60b44
 def save_chart(chart,                     # an Altair chart
                path,                      # the files' path without extension (the format is appended: `path.html`, ...)
@@ -344,11 +362,14 @@ def save_chart(chart,                     # an Altair chart
     """Save `chart` as `path.html` (renders offline: with the Vega JavaScript in one shared file beside it, or inlined),
     `path.png` (a 256-colour palette, `compact_png`) and/or `path.svg` (vl-convert), atomically; the written paths by format.
     A PNG already there that was drawn from the same spec at the same scale (`png_key`) is kept as it is."""
-    import altair as alt, vl_convert as vlc
-    from altair.utils.html import spec_to_html
     path = Path(path); out = {}
     bad = set(formats) - set(CHART_FORMATS)
     if bad: raise NlEmbryoError(f"unknown chart format(s) {sorted(bad)}", f"choose among {', '.join(CHART_FORMATS)}")
+    if problem := chart_renderer_problem():
+        if problem not in _SKIP_SAID: _SKIP_SAID.add(problem); print(f"nl-embryo: charts skipped: {problem}; the tables are written", file=sys.stderr)
+        return out
+    import altair as alt, vl_convert as vlc
+    from altair.utils.html import spec_to_html
     use_theme(); cache_js_bundle()
     spec = chart.to_dict()
     for f in formats:

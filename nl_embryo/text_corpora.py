@@ -40,10 +40,16 @@ def _text_files(paths) -> list[tuple[Path, str]]:
 # %% ../nbs/02a_text_corpora.ipynb #eac2cfca
 def _decode(path: Path, raw: bytes) -> str:
     "The text of a file: UTF-8 (a byte-order mark dropped), or an error naming the file and the first byte that is not."
+    odd, even = raw[1:129:2], raw[0:128:2]
+    nul = lambda b: len(b) >= 2 and b.count(0) > 0.4 * len(b)
+    if raw[:2] in (b'\xff\xfe', b'\xfe\xff') or nul(odd) or nul(even):     # UTF-16 (its byte-order mark, or every other byte NUL): named as such
+        enc = 'UTF-16BE' if raw[:2] == b'\xfe\xff' or (raw[:2] != b'\xff\xfe' and nul(even)) else 'UTF-16LE'
+        raise NlEmbryoError(f"{path} is UTF-16 text ({enc}), not UTF-8", f"convert it to UTF-8, e.g. iconv -f UTF-16 -t utf-8 {path.name} > {path.stem}-utf8.txt")
     try: text = raw.decode('utf-8')
     except UnicodeDecodeError as e:
         raise NlEmbryoError(f"{path} is not UTF-8 text (byte {e.start:,} is 0x{raw[e.start]:02x})",
-                            f"convert it to UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}-utf8.txt") from None
+                            f"convert it to UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}-utf8.txt (if it is Latin-1; "
+                            f"`file {path.name}` names its encoding)") from None
     if '\x00' in text: raise NlEmbryoError(f"{path} holds NUL bytes: it is not a text file", "pass plain text files")
     return text.removeprefix('\ufeff')
 

@@ -86,10 +86,33 @@ def _tensor(rec, name: str, zf: zipfile.ZipFile, prefix: str, big_endian: bool, 
         raise NlEmbryoError(f"{where}: entry {name!r} is not a tensor written by torch.save", "convert a plain state dict")
     dtype = STORAGE_DTYPES[pid[1].name]
     offset, shape, stride = rec.args[1], tuple(rec.args[2]), tuple(rec.args[3])
-    raw = bytearray(zf.read(f"{prefix}data/{pid[2]}"))
+    declared = int(pid[4]) * dtype.itemsize                    # the storage's own size, as the pickle declares it
+    span = 0 if 0 in shape else int(offset) + sum((n - 1) * s for n, s in zip(shape, stride)) + 1
+    if span > int(pid[4]): raise NlEmbryoError(f"{where}: entry {name!r} reaches past its storage ({span:,} of {int(pid[4]):,} elements)", "convert a plain state dict")
+    entry = f"{prefix}data/{pid[2]}"
+    if zf.getinfo(entry).file_size != declared:
+        raise NlEmbryoError(f"{where}: the storage of {name!r} holds {zf.getinfo(entry).file_size:,} bytes, its tensor declares {declared:,}",
+                            "a torch.save file stores each tensor at its declared size: this one was altered; do not convert it")
+    with zf.open(entry) as f: raw = bytearray(f.read(declared + 1))     # never more than declared: a deflated entry cannot inflate past it
+    if len(raw) != declared: raise NlEmbryoError(f"{where}: the storage of {name!r} inflates to more or less than the {declared:,} bytes it declares", "do not convert it: it was altered")
     flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
     if big_endian and dtype.itemsize > 1: flat = torch.from_numpy(flat.numpy().byteswap())
     return flat.as_strided(shape, stride, offset).clone()
+
+# %% ../nbs/00c_torchzip.ipynb #64fe7334
+def _check_room(root: dict, path) -> None:
+    "Refuse a state dict whose storages, as declared, would not fit in the memory available (before anything is inflated)."
+    from nl_embryo.core import available_memory, human_size
+    sizes = {}
+    for rec in root.values():
+        if isinstance(rec, _Call) and isinstance(rec.fn, _Global) and rec.fn.name == '_rebuild_parameter': rec = rec.args[0]
+        pid = rec.args[0].pid if isinstance(rec, _Call) and rec.args and isinstance(rec.args[0], _PersistentId) else None
+        if isinstance(pid, tuple) and len(pid) == 5 and isinstance(pid[1], _Global) and pid[1].name in STORAGE_DTYPES:
+            sizes[pid[2]] = int(pid[4]) * STORAGE_DTYPES[pid[1].name].itemsize
+    need, room = 2 * sum(sizes.values()), available_memory('cpu')     # the raw bytes and the tensors made of them
+    if room is not None and need > room:
+        raise NlEmbryoError(f"{path} declares {human_size(sum(sizes.values()))} of tensors: converting needs about {human_size(need)}, more than "
+                            f"the {human_size(room)} of memory available", "convert it on a machine with more memory, or check that the file is what it claims")
 
 # %% ../nbs/00c_torchzip.ipynb #0499de98
 def read_torch_zip(path,                        # a zip checkpoint written by torch.save (a state dict)
@@ -105,8 +128,10 @@ def read_torch_zip(path,                        # a zip checkpoint written by to
             prefix = pkl[0][:-len('data.pkl')]
             names = set(zf.namelist())
             big = prefix + 'byteorder' in names and zf.read(prefix + 'byteorder').strip() == b'big'
+            if zf.getinfo(pkl[0]).file_size > 64 * 2**20: raise NlEmbryoError(f"{path}: its pickle alone declares {zf.getinfo(pkl[0]).file_size:,} bytes", "convert a plain state dict")
             root = _replay_pickle(zf.read(pkl[0]), str(path))
             if not isinstance(root, dict): raise NlEmbryoError(f"{path}: the pickle is not a dict of tensors", "convert a plain state dict")
+            _check_room(root, path)
             return {k: _tensor(v, k, zf, prefix, big, str(path)) for k, v in root.items()}
     except NlEmbryoError: raise
     except (ValueError, IndexError, KeyError, TypeError, AttributeError, RuntimeError, EOFError, zipfile.BadZipFile) as e:   # cut short or garbled
