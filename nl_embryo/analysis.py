@@ -10,6 +10,7 @@ __all__ = ['BUILTIN', 'analyses', 'ANALYSES', 'Analysis', 'Section', 'analysis_t
 from .registry import (ANALYSES, Analysis, Section, analysis_tables, analyze, get_analysis, register, report_section,
                                 show_section)
 from . import probes, reconstruction, attention, knowledge, surgery, finetune   # each registers its analysis
+from .catalog import load_plugins
 
 _all_ = ['ANALYSES', 'Analysis', 'Section', 'analysis_tables', 'analyze', 'get_analysis', 'register', 'report_section', 'show_section']
 
@@ -17,6 +18,8 @@ _all_ = ['ANALYSES', 'Analysis', 'Section', 'analysis_tables', 'analyze', 'get_a
 BUILTIN = ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'finetune')   # the built-in analyses, by table name
 
 def analyses() -> dict[str, Analysis]:
-    """The registry, with every built-in analysis in it: the built-in ones first in `BUILTIN`'s order, whatever order
-    their chapters were imported in, then the others in the order they were registered. A new dict: `register` adds."""
+    """The registry, with every built-in analysis in it and those of installed plug-ins (`nl_embryo.catalog.load_plugins`):
+    the built-in ones first in `BUILTIN`'s order, whatever order their chapters were imported in, then the others in the
+    order they were registered. A new dict: `register` adds."""
+    load_plugins(quiet=True)          # once per process: a report's kernel sees the plug-ins the command line saw
     return {**{n: ANALYSES[n] for n in BUILTIN if n in ANALYSES}, **ANALYSES}

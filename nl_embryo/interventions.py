@@ -14,12 +14,12 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .core import NlEmbryoError
-from .models import SPECIAL_IDS, is_causal, is_pair, mlm_head, quiet_transformers
+from .models import SPECIAL_IDS, Parts, archs, get_architecture, is_causal, is_pair, mlm_head, model_parts, quiet_transformers
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['TOKENIZER_ATTR', 'LEGACY_LAYER', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS', 'Parts',
-           'model_parts', 'interventions_of', 'tokenizer_for', 'reverse_layers', 'remove_layers', 'canonical_component',
+__all__ = ['TOKENIZER_ATTR', 'LEGACY_LAYER', 'SHUFFLE_OUTPUTS', 'RESCALE_MATCHES', 'SUBSTITUTE_HOWS', 'INTERVENTIONS',
+           'interventions_of', 'tokenizer_for', 'reverse_layers', 'remove_layers', 'canonical_component',
            'clean_components', 'clean', 'english_piece_ids', 'shuffle_embeddings', 'swap_embeddings', 'rescale_init',
            'oracle_init', 'substitute_embeddings', 'freeze_except_embeddings', 'split_top_level', 'parse_interventions',
            'apply_interventions', 'canonical_interventions', 'format_interventions']
@@ -30,11 +30,8 @@ TOKENIZER_ATTR = 'nl_embryo_tokenizer'   # where swap_embeddings attaches the to
 def _target(model) -> PreTrainedModel:
     "The network an intervention works on: `model` itself, or the discriminator of an `ElectraPair`."
     m = model.discriminator if is_pair(model) else model
-    if not isinstance(m, PreTrainedModel) or not (_is_masked(m) or _is_decoder(m)):
-        raise NlEmbryoError(f"cannot intervene on a {type(model).__name__}: it is neither a BERT-family model nor a decoder-only causal LM "
-                            "with one list of layers",
-                            "pass a BERT, RoBERTa, ALBERT or ELECTRA model, a GPT-2, GPT-NeoX or Llama causal LM (nl_embryo.models.build_model, "
-                            "Run.load, transformers' from_pretrained) or an ElectraPair")
+    try: model_parts(m)                       # its architecture entry says where its parts are (or it is refused by name)
+    except NlEmbryoError as e: raise NlEmbryoError(f"cannot intervene on a {type(model).__name__}: {e.problem}", e.fix) from None
     return m
 
 def _copy(model) -> PreTrainedModel:
@@ -66,47 +63,10 @@ def _base_name(model) -> str:
     return next(n for n, m in model.named_modules() if m is model.base_model)
 
 # %% ../nbs/09_interventions.ipynb #be472d2b
-class Parts(NamedTuple):
-    "Where a network keeps what the interventions work on: qualified module names (for `model.get_submodule`), None where it has no such part."
-    family: str             # 'masked' (the BERT family) or 'causal' (decoder-only)
-    layers: str             # the ModuleList of transformer layers (ALBERT: of its shared layer groups)
-    word: str               # the token embedding table
-    position: str | None    # the learned position table; None with rotary positions (gpt-neox, llama)
-    output: str | None      # the output layer (hidden states -> vocabulary logits); None for a bare encoder or an ELECTRA discriminator
-    final_norm: str | None  # the norm after the last layer of a causal model; None for the (post-LN) masked models
-
-def _is_masked(m) -> bool:
-    base = getattr(m, 'base_model', None)
-    return hasattr(base, 'embeddings') and hasattr(base, 'encoder')
-
-def _is_albert(model) -> bool: return hasattr(getattr(model.base_model, 'encoder', None), 'albert_layer_groups')
-
-def _layer_lists(base) -> list[str]: return [n for n, c in base.named_children() if isinstance(c, nn.ModuleList)]
-
-def _is_decoder(m) -> bool:
-    "A decoder-only causal LM whose base model holds exactly one list of layers (GPT-2, GPT-NeoX, Llama and their kin)."
-    causal = is_causal(m) or type(m).__name__.endswith(('ForCausalLM', 'LMHeadModel'))
-    return causal and isinstance(getattr(m, 'base_model', None), nn.Module) and len(_layer_lists(m.base_model)) == 1
-
-def model_parts(model,        # a masked or causal model, or an `ElectraPair` (its discriminator)
-               ) -> Parts:    # the qualified names of its layer list, embeddings, output layer and final norm
-    "Where `model` keeps its layer list, token and position embeddings, output layer and final norm (the one place the interventions look them up)."
-    m = _target(model); base, b = m.base_model, _base_name(m)
-    names = {id(mod): n for n, mod in m.named_modules()}
-    out = m.get_output_embeddings()
-    output = None if out is None else names.get(id(out))
-    if _is_masked(m):
-        emb = _join(b, 'embeddings')
-        return Parts('masked', _join(b, 'encoder', 'albert_layer_groups' if _is_albert(m) else 'layer'), _join(emb, 'word_embeddings'),
-                     _join(emb, 'position_embeddings') if getattr(base.embeddings, 'position_embeddings', None) is not None else None, output, None)
-    word = m.get_input_embeddings()
-    position = [n for n, c in base.named_children() if isinstance(c, nn.Embedding) and c is not word]
-    norms = [n for n, c in base.named_children() if _is_norm(c)]
-    return Parts('causal', _join(b, _layer_lists(base)[0]), names[id(word)], _join(b, position[0]) if position else None,
-                 output, _join(b, norms[-1]) if norms else None)
+def _is_albert(model) -> bool: return model_parts(model).shared_layers   # layer groups shared across depth
 
 def _layers(model) -> nn.ModuleList:
-    "The layer list of `model` (see `model_parts`)."
+    "The layer list of `model` (`nl_embryo.models.model_parts`)."
     m = _target(model)
     return m.get_submodule(model_parts(m).layers)
 
@@ -148,8 +108,8 @@ def _albert_reschedule(model, sequence: list[int], what: str) -> None:
                             "num_hidden_groups groups in order, group 1 + int((k - 1) / (num_hidden_layers / num_hidden_groups)) at block k",
                             f"remove whole groups' worth of blocks (a multiple of num_hidden_layers/num_hidden_groups = "
                             f"{model.config.num_hidden_layers / model.config.num_hidden_groups:g}), e.g. with last=...")
-    enc = model.base_model.encoder
-    enc.albert_layer_groups = nn.ModuleList([enc.albert_layer_groups[g] for g in groups])
+    where = model_parts(model).layers
+    model.set_submodule(where, nn.ModuleList([model.get_submodule(where)[g] for g in groups]))
     model.config.num_hidden_layers, model.config.num_hidden_groups = L, len(groups)
 
 def _set_layers(model, layers: list[nn.Module]) -> None:
@@ -166,7 +126,7 @@ def reverse_layers(model,              # a masked or causal model, or an `Electr
     new = _copy(model)
     if _is_albert(new):
         cfg = new.config
-        for group in new.base_model.encoder.albert_layer_groups:
+        for group in new.get_submodule(model_parts(new).layers):
             group.albert_layers = nn.ModuleList(list(group.albert_layers)[::-1])
         _albert_reschedule(new, _albert_schedule(cfg.num_hidden_layers, cfg.num_hidden_groups)[::-1], 'reversing the layers')
     else:
@@ -243,13 +203,9 @@ def clean_components(model,                     # a model, or an `ElectraPair` (
     "The component names `clean` accepts for `model`, each with the (qualified) names of the modules it re-initialises."
     m = _target(model); b, base, P = _base_name(m), m.base_model, model_parts(model)
     comps = {'word_embeddings': [P.word], **({'position_embeddings': [P.position]} if P.position else {})}
-    if P.family == 'masked':
-        emb = _join(b, 'embeddings')
-        if getattr(base.embeddings, 'token_type_embeddings', None) is not None: comps['token_type_embeddings'] = [_join(emb, 'token_type_embeddings')]
-        comps['embeddings'] = [emb]
-        for proj in ('encoder.embedding_hidden_mapping_in', 'embeddings_project'):
-            with contextlib.suppress(AttributeError): m.get_submodule(_join(b, proj)); comps['embedding_projection'] = [_join(b, proj)]
-    else: comps['embeddings'] = [n for n in (P.word, P.position) if n]
+    if P.token_type: comps['token_type_embeddings'] = [P.token_type]
+    comps['embeddings'] = [P.embeddings] if P.embeddings else [n for n in (P.word, P.position) if n]
+    if P.projection: comps['embedding_projection'] = [P.projection]
     comps['layer_norms'] = [n for n, mod in m.named_modules() if _under(n, b) and _is_norm(mod)]
     comps['encoder' if P.family == 'masked' else 'layers'] = [P.layers]
     comps.update({f'block{k}': [_join(P.layers, str(i))] for k, i in enumerate(_block_modules(m), 1)})   # counted from 1
@@ -257,7 +213,7 @@ def clean_components(model,                     # a model, or an `ElectraPair` (
     shared = {id(p) for p in base.parameters()}
     tied = lambda c: bool(ps := {id(p) for p in c.parameters()}) and ps <= shared   # a tied output layer alone is the word embeddings: no head
     head = [] if base is m else [n for n, c in m.named_children() if c is not base and not tied(c)]
-    if getattr(base, 'pooler', None) is not None: head.append(_join(b, 'pooler'))
+    if P.pooler: head.append(P.pooler)
     if head: comps['head'] = head
     comps['all'] = ['']
     return comps
@@ -302,7 +258,8 @@ def _why_unknown(model, unknown: list[str]) -> str:
         if 'embedding_projection' in unknown: return ' (embedding_projection exists only in ALBERT and in ELECTRA models whose embedding size differs from the hidden size)'
         if 'head' in unknown: return ' (this model has no head and no pooler)'
         return ''
-    for name, why in [('position_embeddings', f"{arch} encodes positions by rotating queries and keys (rotary): it has no position table to re-initialise; only gpt2 has a learned one"),
+    learned = ', '.join(a for a in archs(family='causal') if get_architecture(a).position not in ('rotary', 'none'))
+    for name, why in [('position_embeddings', f"{arch} encodes positions by rotating queries and keys ({P.positions}): it has no position table to re-initialise; of the causal architectures {learned} have a learned one"),
                       ('encoder', "a decoder-only model has no encoder: its blocks are the component 'layers'"),
                       ('token_type_embeddings', "a causal model has no token-type embeddings"),
                       ('embedding_projection', "a causal model's embeddings have the hidden size: there is no projection"),
@@ -380,7 +337,7 @@ _ENGLISH_PIECE = re.compile(r'(##)?[A-Za-z]+')
 
 def english_piece_ids(tokenizer,       # a tokenizer with `get_vocab`
                      ) -> list[int]:  # the ids of its English pieces, sorted (special tokens excluded)
-    "The ids of a tokenizer's English word pieces: ASCII letters only, `##`-continuations included (paper 003's 'English tokens')."
+    "The ids of a tokenizer's English word pieces: ASCII letters only, `##`-continuations included (Zhang 2021's 'English tokens')."
     vocab = tokenizer.get_vocab()
     special = set(tokenizer.all_special_ids)
     return sorted(i for t, i in vocab.items() if i not in special and _ENGLISH_PIECE.fullmatch(t))
@@ -395,9 +352,9 @@ def shuffle_embeddings(model,                  # a masked or causal model, or an
                        outputs: str = 'tied',  # 'tied': the output bias (and an untied output layer) stay with their tokens, a tied output layer moves with the inputs; 'all': they move too
                       ) -> PreTrainedModel:    # the shuffled copy
     """A copy of `model` whose word-embedding rows are permuted among all ids but the special ones (`keep`);
-    `only='english'`: among the English word pieces only (paper 003), every other row stays. The output bias stays
+    `only='english'`: among the English word pieces only (Zhang 2021), every other row stays. The output bias stays
     with its token unless `outputs='all'` (a tied output layer is the same matrix, so it moves with the inputs)."""
-    if only not in (None, 'english'): raise NlEmbryoError(f"unknown only={only!r}", "use only='english' (paper 003) or leave it out")
+    if only not in (None, 'english'): raise NlEmbryoError(f"unknown only={only!r}", "use only='english' (Zhang 2021) or leave it out")
     if outputs not in SHUFFLE_OUTPUTS: raise NlEmbryoError(f"unknown outputs={outputs!r}", f"use one of {', '.join(SHUFFLE_OUTPUTS)}")
     new = _copy(model)
     kept = _keep_ids(new, keep)

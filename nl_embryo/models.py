@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib, dataclasses, math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 from fastcore.basics import patch
@@ -19,105 +20,35 @@ from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForTokenClassif
                           PreTrainedModel, RobertaConfig, RobertaForMaskedLM, RobertaPreLayerNormConfig)
 
 from .core import NlEmbryoError, human_size, atomic_write_bytes
-from .corpora import SPECIAL_TOKENS
 from .torchzip import read_torch_zip
 from .sources import CUSTOM_CODE_FIX, custom_code
 
 # %% auto #0
-__all__ = ['PRESETS', 'FAMILIES', 'ARCHITECTURES', 'ARCHS', 'PAIR_ARCHS', 'PRE_LN_ARCHS', 'CAUSAL_ARCHS', 'OBJECTIVES',
-           'SPECIAL_IDS', 'ALBERT_EMBEDDING_SIZE', 'NORMS', 'PICKLED_WEIGHTS', 'POSITION_INITS',
-           'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST', 'ROBERTA_TYPES', 'SizePreset',
-           'get_preset', 'Architecture', 'PairConfig', 'swiglu_size', 'build_config', 'quiet_transformers',
-           'model_class', 'load_config', 'load_tokenizer', 'ElectraPair', 'check_safetensors_weights', 'is_pair',
-           'is_causal', 'lm_head', 'sinusoidal_table', 'init_positions', 'build_model', 'convert_to_safetensors',
-           'load_model', 'set_attention', 'attention_implementation', 'count_parameters', 'parameter_table',
-           'stored_numel', 'checkpoint_sizes', 'flops_per_token', 'training_flops', 'kaplan_training_flops',
-           'measure_training_flops', 'mlm_head', 'split_mlm_head', 'steps_for_equal_flops', 'max_positions',
-           'check_tokenizer_matches']
+__all__ = ['ALBERT_EMBEDDING_SIZE', 'PICKLED_WEIGHTS', 'ATTENTION_IMPLEMENTATIONS', 'FLOPS_CONVENTIONS', 'PAPER001_STEP_COST',
+           'ROBERTA_TYPES', 'nl_embryo_fields', 'swiglu_size', 'gpt2_config', 'gpt_neox_config', 'llama_config',
+           'bert_config', 'roberta_config', 'albert_config', 'electra_config', 'ale_config', 'build_config',
+           'quiet_transformers', 'model_class', 'load_config', 'load_tokenizer', 'ElectraPair',
+           'check_safetensors_weights', 'is_pair', 'is_causal', 'Parts', 'model_parts', 'check_parts', 'lm_head',
+           'sinusoidal_table', 'init_positions', 'build_model', 'convert_to_safetensors', 'load_model', 'set_attention',
+           'attention_implementation', 'count_parameters', 'parameter_table', 'stored_numel', 'checkpoint_sizes',
+           'flops_per_token', 'training_flops', 'kaplan_training_flops', 'measure_training_flops', 'mlm_head',
+           'split_mlm_head', 'steps_for_equal_flops', 'max_positions', 'check_tokenizer_matches']
 
-# %% ../nbs/03_models.ipynb #a57c1e35
-@dataclass(frozen=True)
-class SizePreset:
-    "The size of an encoder. `embedding_size=None` means the hidden size (ALBERT-family models then use 128)."
-    name: str                          # the preset's name (what `get_preset` and `--preset` take)
-    hidden: int                        # the hidden size
-    layers: int                        # the number of transformer layers
-    heads: int                         # attention heads per layer (must divide `hidden`)
-    intermediate: int                  # the feed-forward (FFN) size
-    embedding_size: int | None = None  # a factorised embedding size; None: the hidden size (ALBERT-family models: 128)
-    max_position: int = 512            # the longest input in tokens, unless `build_config` is given `max_position`
+# %% ../nbs/03_models.ipynb #9541a266
+from .architectures import (ARCHITECTURES, FAMILIES, PRESETS, SPECIAL_IDS, SPECIAL_TOKENS, Architecture, PartsMap, SizePreset,
+                                     archs, get_architecture, get_preset, parts_of_type, register_architecture, register_parts)
 
-    def __post_init__(self):
-        if self.hidden % self.heads:
-            raise NlEmbryoError(f"preset {self.name!r}: hidden size {self.hidden} is not divisible by {self.heads} heads",
-                                "choose heads that divide the hidden size (ELECTRA/BERT use hidden/64)")
-        if min(self.hidden, self.layers, self.heads, self.intermediate, self.max_position) < 1 or (self.embedding_size or 1) < 1:
-            raise NlEmbryoError(f"preset {self.name!r} has a size below 1: {self}", "use positive sizes")
+# %% ../nbs/03_models.ipynb #ba8ee5c9
+ALBERT_EMBEDDING_SIZE = 128   # ALBERT's factorised embedding size when a preset does not name one
 
-# %% ../nbs/03_models.ipynb #0370772a
-PRESETS: dict[str, SizePreset] = {p.name: p for p in [
-    SizePreset('mini', hidden=128, layers=4, heads=4, intermediate=512),
-    SizePreset('tiny', hidden=256, layers=4, heads=4, intermediate=1024),
-    SizePreset('tiny2', hidden=256, layers=2, heads=4, intermediate=1024),   # tiny's width, half its depth: the demo's model
-    SizePreset('small', hidden=256, layers=12, heads=4, intermediate=1024, embedding_size=128),
-    SizePreset('base', hidden=768, layers=12, heads=12, intermediate=3072),
-]}
-
-def get_preset(preset: str | SizePreset,  # a preset name (a key of `PRESETS`) or a `SizePreset`
-              ) -> SizePreset:
-    "The `SizePreset` named `preset` (a `SizePreset` passes through)."
-    if isinstance(preset, SizePreset): return preset
-    if preset not in PRESETS:
-        raise NlEmbryoError(f"unknown size preset {preset!r}",
-                            f"choose one of: {', '.join(PRESETS)} (or pass a SizePreset(...) for a custom size)")
-    return PRESETS[preset]
-
-# %% ../nbs/03_models.ipynb #a7c1e0b2
-@dataclass(frozen=True)
-class Architecture:
-    "One model architecture: everything the builders, the training loop, the CLI and the interventions read about it."
-    name: str                 # the name `--arch` takes
-    objective: str            # its default pre-training objective (a key of `nl_embryo.objectives.OBJECTIVES`)
-    pair: bool = False        # a generator + discriminator pair sharing embeddings (`ElectraPair`)
-    pre_ln: bool = False      # transformers has a pre-LayerNorm variant of it (`norm='pre'`)
-    family: str = 'masked'    # 'masked': a bidirectional encoder with a masked-LM head; 'causal': a decoder-only LM
-    description: str = ''     # one line for the docs and `--help`
-
-FAMILIES = ('masked', 'causal')   # the model families: bidirectional masked LMs, decoder-only causal LMs
-
-ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in [
-    Architecture('bert', 'mlm', pre_ln=True, description='BERT: post-LN encoder, masked LM'),
-    Architecture('roberta', 'mlm', pre_ln=True, description="RoBERTa: BERT's body with RoBERTa's position offset"),
-    Architecture('albert', 'mlm', description='ALBERT: factorised embeddings, one layer shared across depth'),
-    Architecture('electra', 'electra', pair=True, description='ELECTRA: a small generator and a discriminator (replaced-token detection)'),
-    Architecture('ale', 'electra', pair=True, description='ALE: ELECTRA with ALBERT networks'),
-    Architecture('script', 'script', pre_ln=True, description='SCRIPT: a masked LM trained as its own self-critic'),
-    Architecture('gpt2', 'clm', family='causal', description='GPT-2: pre-LN decoder, learned positions, tied output layer'),
-    Architecture('gpt-neox', 'clm', family='causal', description="GPT-NeoX (Pythia's architecture): parallel attention and MLP, rotary positions, untied output layer"),
-    Architecture('llama', 'clm', family='causal', description='Llama: RMSNorm, SwiGLU MLP, rotary positions, no biases'),
-]}
-ARCHS = tuple(ARCHITECTURES)                                                     # every architecture name
-PAIR_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.pair)                # the generator + discriminator pairs
-PRE_LN_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.pre_ln)            # those with a pre-LayerNorm variant
-CAUSAL_ARCHS = tuple(a for a, e in ARCHITECTURES.items() if e.family == 'causal') # the decoder-only causal LMs
-OBJECTIVES = {a: e.objective for a, e in ARCHITECTURES.items()}                  # each architecture's default objective
-
-# %% ../nbs/03_models.ipynb #f2348146
-SPECIAL_IDS: dict[str, int] = {t.strip('[]').lower(): i for i, t in enumerate(SPECIAL_TOKENS)}  # pad unk cls sep mask
-ALBERT_EMBEDDING_SIZE = 128
+# %% ../nbs/03_models.ipynb #82642a56
+def __getattr__(name):
+    import nl_embryo.architectures as _tables
+    if name in _tables._VIEWS: return _tables._VIEWS[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/03_models.ipynb #38fc5d65
-@dataclass
-class PairConfig:
-    "The two configs of an ELECTRA-style pair."
-    generator: PretrainedConfig        # the generator's config (a `*ForMaskedLM` class)
-    discriminator: PretrainedConfig    # the discriminator's config (a `*ForTokenClassification` class, one label)
-
-# %% ../nbs/03_models.ipynb #4aec043e
-def _check_arch(arch: str) -> str:
-    if arch not in ARCHS:
-        raise NlEmbryoError(f"unknown architecture {arch!r}", f"choose one of: {', '.join(ARCHS)}")
-    return arch
+from .architectures import PairConfig   # the two configs of an ELECTRA-style pair (one class: the tables' own)
 
 # %% ../nbs/03_models.ipynb #2817ad6c
 def _special_kwargs() -> dict:
@@ -125,8 +56,17 @@ def _special_kwargs() -> dict:
     return dict(pad_token_id=s['pad'], unk_token_id=s['unk'], cls_token_id=s['cls'], bos_token_id=s['cls'],
                 sep_token_id=s['sep'], eos_token_id=s['sep'], mask_token_id=s['mask'], tie_word_embeddings=True)
 
+def nl_embryo_fields(arch: str,          # the architecture's name
+                     preset: SizePreset, # its size
+                     max_position: int,  # the longest input it accepts
+                     role: str = 'model',  # 'model', or of a pair 'generator' / 'discriminator'
+                    ) -> dict:           # config fields: the special-token ids, tied embeddings, and where the config came from
+    "The fields every config nl_embryo builds carries: the special-token ids, tied embeddings, and its provenance (`nl_embryo_arch`, objective, role, preset, longest input)."
+    return dict(**_special_kwargs(), nl_embryo_arch=arch, nl_embryo_objective=get_architecture(arch).objective, nl_embryo_role=role,
+                nl_embryo_preset=preset.name, nl_embryo_max_position=max_position)
+
 # %% ../nbs/03_models.ipynb #98620b1a
-NORMS = ('post', 'pre')                    # where each sub-layer's LayerNorm sits: after the residual add (BERT) or before
+from .architectures import NORMS, POSITION_INITS   # where the LayerNorm sits; how position tables start
 
 # %% ../nbs/03_models.ipynb #868d7de1
 def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size: int, max_position: int,
@@ -141,7 +81,7 @@ def _config(cls_name: str, arch: str, role: str, preset: SizePreset, vocab_size:
     args = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=preset.layers, num_attention_heads=heads,
                 intermediate_size=intermediate, max_position_embeddings=max_position,
                 hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, **_special_kwargs(),
-                architectures=[cls_name], nl_embryo_arch=arch, nl_embryo_objective=OBJECTIVES[arch],
+                architectures=[cls_name], nl_embryo_arch=arch, nl_embryo_objective=get_architecture(arch).objective,
                 nl_embryo_role=role, nl_embryo_preset=preset.name, nl_embryo_max_position=max_position)
     args.update(kw); args.update(overrides)
     return config_cls(**args)
@@ -154,62 +94,87 @@ def swiglu_size(intermediate: int,  # a preset's feed-forward size (two matrices
     return -(-round(2 * intermediate / 3) // multiple) * multiple
 
 # %% ../nbs/03_models.ipynb #4b20fcd0
-def _causal_config(arch: str, p: SizePreset, vocab_size: int, max_position: int, dropout: float, overrides: dict) -> PretrainedConfig:
-    "The transformers config of a decoder-only `arch` (one of `CAUSAL_ARCHS`) at size `p` (embeddings of the hidden size: no factorisation)."
-    H, A, I, L = p.hidden, p.heads, p.intermediate, p.layers
-    common = dict(vocab_size=vocab_size, **_special_kwargs(), nl_embryo_arch=arch, nl_embryo_objective='clm', nl_embryo_role='model',
-                  nl_embryo_preset=p.name, nl_embryo_max_position=max_position)
-    if arch == 'gpt2':
-        cfg = GPT2Config(n_positions=max_position, n_embd=H, n_layer=L, n_head=A, n_inner=I, resid_pdrop=dropout, embd_pdrop=dropout,
-                         attn_pdrop=dropout, architectures=['GPT2LMHeadModel'], **common)
-    elif arch == 'gpt-neox':     # Pythia's settings: a quarter of each head rotary, parallel attention and MLP, untied output
-        cfg = GPTNeoXConfig(hidden_size=H, num_hidden_layers=L, num_attention_heads=A, intermediate_size=I, max_position_embeddings=max_position,
-                            rotary_pct=0.25, use_parallel_residual=True, hidden_dropout=dropout, attention_dropout=dropout,
-                            architectures=['GPTNeoXForCausalLM'], **dict(common, tie_word_embeddings=False))
-    else:
-        cfg = LlamaConfig(hidden_size=H, num_hidden_layers=L, num_attention_heads=A, num_key_value_heads=A, intermediate_size=swiglu_size(I),
-                          max_position_embeddings=max_position, attention_dropout=dropout, architectures=['LlamaForCausalLM'], **common)
+def _with(cfg, overrides: dict):
     for k, v in overrides.items(): setattr(cfg, k, v)
     return cfg
 
+def gpt2_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PretrainedConfig:
+    "GPT-2 (`GPT2LMHeadModel`): pre-LN blocks, a learned position table, the output layer tied to the input embeddings."
+    p = preset
+    return _with(GPT2Config(n_positions=max_position, n_embd=p.hidden, n_layer=p.layers, n_head=p.heads, n_inner=p.intermediate, resid_pdrop=dropout,
+                            embd_pdrop=dropout, attn_pdrop=dropout, vocab_size=vocab_size, architectures=['GPT2LMHeadModel'],
+                            **nl_embryo_fields(arch, p, max_position)), overrides)
+
+def gpt_neox_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PretrainedConfig:
+    "GPT-NeoX with Pythia's settings (`GPTNeoXForCausalLM`): a quarter of each head rotary, parallel attention and MLP, an untied output layer."
+    p = preset
+    return _with(GPTNeoXConfig(hidden_size=p.hidden, num_hidden_layers=p.layers, num_attention_heads=p.heads, intermediate_size=p.intermediate,
+                               max_position_embeddings=max_position, rotary_pct=0.25, use_parallel_residual=True, hidden_dropout=dropout,
+                               attention_dropout=dropout, vocab_size=vocab_size, architectures=['GPTNeoXForCausalLM'],
+                               **dict(nl_embryo_fields(arch, p, max_position), tie_word_embeddings=False)), overrides)
+
+def llama_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PretrainedConfig:
+    "Llama (`LlamaForCausalLM`): RMSNorm, a SwiGLU MLP of `swiglu_size` of the preset's FFN, rotary positions, no biases, a tied output layer."
+    p = preset
+    return _with(LlamaConfig(hidden_size=p.hidden, num_hidden_layers=p.layers, num_attention_heads=p.heads, num_key_value_heads=p.heads,
+                             intermediate_size=swiglu_size(p.intermediate), max_position_embeddings=max_position, attention_dropout=dropout,
+                             vocab_size=vocab_size, architectures=['LlamaForCausalLM'], **nl_embryo_fields(arch, p, max_position)), overrides)
+
 # %% ../nbs/03_models.ipynb #18b8705f
-def _masked_config(arch: str, p: SizePreset, norm: str, common: dict) -> PretrainedConfig:
-    "The config of a single masked-LM `arch` (bert, roberta, albert, script) at size `p`, post- or pre-LayerNorm (`build_config` has checked that `arch` has the pre-LN variant); `common`: `_config`'s shared arguments."
-    E = p.embedding_size or p.hidden
-    size = dict(hidden=p.hidden, heads=p.heads, intermediate=p.intermediate)
-    if norm == 'pre':
-        if E != p.hidden:
-            raise NlEmbryoError(f"the pre-LayerNorm model has no factorised embeddings, but preset {p.name!r} asks for embedding_size={E}",
-                                "use norm='post' with this preset, or a preset without embedding_size")
-        cfg = _config('RobertaPreLayerNormForMaskedLM', arch, 'model', **size, **common)
-    elif arch in ('bert', 'script'):
-        if E == p.hidden: return _config('BertForMaskedLM', arch, 'model', **size, **common)
-        return _config('ElectraForMaskedLM', arch, 'model', **size, embedding_size=E, **common)
-    elif arch == 'albert':
-        return _config('AlbertForMaskedLM', arch, 'model', **size, embedding_size=p.embedding_size or ALBERT_EMBEDDING_SIZE,
-                       num_hidden_groups=1, inner_group_num=1, **common)
-    else: cfg = _config('RobertaForMaskedLM', arch, 'model', **size, **common)
+def _pre_ln(arch, p: SizePreset, common: dict) -> PretrainedConfig:
+    "The pre-LayerNorm masked LM (`RobertaPreLayerNormForMaskedLM`, RoBERTa's position offset included)."
+    if (p.embedding_size or p.hidden) != p.hidden:
+        raise NlEmbryoError(f"the pre-LayerNorm model has no factorised embeddings, but preset {p.name!r} asks for embedding_size={p.embedding_size}",
+                            "use norm='post' with this preset, or a preset without embedding_size")
+    return _roberta_offset(_config('RobertaPreLayerNormForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common), common)
+
+def _roberta_offset(cfg, common: dict):
     if 'max_position_embeddings' not in common['overrides']: cfg.max_position_embeddings = common['max_position'] + cfg.pad_token_id + 1   # RoBERTa's position-id offset
     return cfg
 
+def bert_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PretrainedConfig:
+    "BERT (and SCRIPT): `BertForMaskedLM`; `ElectraForMaskedLM` when the preset factorises the embeddings; pre-LN: `RobertaPreLayerNormForMaskedLM`."
+    p, common = preset, dict(preset=preset, vocab_size=vocab_size, max_position=max_position, overrides=overrides, dropout=dropout)
+    if norm == 'pre': return _pre_ln(arch, p, common)
+    size, E = dict(hidden=p.hidden, heads=p.heads, intermediate=p.intermediate), p.embedding_size or p.hidden
+    if E == p.hidden: return _config('BertForMaskedLM', arch, 'model', **size, **common)
+    return _config('ElectraForMaskedLM', arch, 'model', **size, embedding_size=E, **common)
+
+def roberta_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PretrainedConfig:
+    "RoBERTa: `RobertaForMaskedLM` (no factorised embeddings), its position offset; pre-LN: `RobertaPreLayerNormForMaskedLM`."
+    p, common = preset, dict(preset=preset, vocab_size=vocab_size, max_position=max_position, overrides=overrides, dropout=dropout)
+    if norm == 'pre': return _pre_ln(arch, p, common)
+    return _roberta_offset(_config('RobertaForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, **common), common)
+
+def albert_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PretrainedConfig:
+    "ALBERT: `AlbertForMaskedLM`, factorised embeddings (the preset's, else 128), one layer group shared across depth."
+    p, common = preset, dict(preset=preset, vocab_size=vocab_size, max_position=max_position, overrides=overrides, dropout=dropout)
+    return _config('AlbertForMaskedLM', arch, 'model', hidden=p.hidden, heads=p.heads, intermediate=p.intermediate,
+                   embedding_size=p.embedding_size or ALBERT_EMBEDDING_SIZE, num_hidden_groups=1, inner_group_num=1, **common)
+
 # %% ../nbs/03_models.ipynb #36370472
-def _pair_config(arch: str, p: SizePreset, generator_fraction: float, common: dict) -> PairConfig:
-    "The generator and discriminator configs of an ELECTRA-style pair (electra, ale): the generator is the discriminator scaled by `generator_fraction`, sharing its embeddings."
-    if not 0 < generator_fraction <= 1:
-        raise NlEmbryoError(f"generator_fraction={generator_fraction} must lie in (0, 1]", "use 0.25 (paper 001) or 1/3 (ELECTRA-base)")
+def _pair_sizes(p: SizePreset, generator_fraction: float) -> tuple[dict, dict]:
     gen = dict(hidden=max(1, round(p.hidden * generator_fraction)), heads=max(1, round(p.heads * generator_fraction)),
                intermediate=max(1, round(p.intermediate * generator_fraction)))
-    disc = dict(hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, num_labels=1)
-    if arch == 'electra':
-        E = p.embedding_size or p.hidden
-        return PairConfig(_config('ElectraForMaskedLM', arch, 'generator', **gen, embedding_size=E, **common),
-                          _config('ElectraForTokenClassification', arch, 'discriminator', **disc, embedding_size=E, **common))
+    return gen, dict(hidden=p.hidden, heads=p.heads, intermediate=p.intermediate, num_labels=1)
+
+def electra_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PairConfig:
+    "ELECTRA: an `ElectraForMaskedLM` generator scaled by `generator_fraction` and an `ElectraForTokenClassification` discriminator, sharing the embedding size."
+    p, common = preset, dict(preset=preset, vocab_size=vocab_size, max_position=max_position, overrides=overrides, dropout=dropout)
+    (gen, disc), E = _pair_sizes(p, generator_fraction), p.embedding_size or p.hidden
+    return PairConfig(_config('ElectraForMaskedLM', arch, 'generator', **gen, embedding_size=E, **common),
+                      _config('ElectraForTokenClassification', arch, 'discriminator', **disc, embedding_size=E, **common))
+
+def ale_config(arch, preset, vocab_size, max_position, norm, dropout, generator_fraction, overrides) -> PairConfig:
+    "ALE: ELECTRA on ALBERT networks (`AlbertForMaskedLM` generator, `AlbertForTokenClassification` discriminator)."
+    p, common = preset, dict(preset=preset, vocab_size=vocab_size, max_position=max_position, overrides=overrides, dropout=dropout)
+    gen, disc = _pair_sizes(p, generator_fraction)
     albert = dict(embedding_size=p.embedding_size or ALBERT_EMBEDDING_SIZE, num_hidden_groups=1, inner_group_num=1)
     return PairConfig(_config('AlbertForMaskedLM', arch, 'generator', **gen, **albert, **common),
                       _config('AlbertForTokenClassification', arch, 'discriminator', **disc, **albert, **common))
 
 # %% ../nbs/03_models.ipynb #1f2b998b
-def build_config(arch: str,                         # the architecture, one of `ARCHS`
+def build_config(arch: str,                         # the architecture, one of `archs()`
                  preset: str | SizePreset = 'tiny',  # the size: a preset name (`PRESETS`) or a `SizePreset`
                  vocab_size: int = 8000,             # the tokenizer's vocabulary size (more than the 5 special tokens)
                  max_position: int | None = None,    # the longest input in tokens; None: the preset's `max_position`
@@ -217,29 +182,34 @@ def build_config(arch: str,                         # the architecture, one of `
                  norm: str | None = None,            # 'post': LayerNorm after each residual add (BERT); 'pre': pre-LayerNorm (bert, roberta, script, and every causal model); None: post for masked, pre for causal
                  dropout: float = 0.1,               # the hidden and attention dropout, in [0, 1); 0 turns it off
                  **overrides,                        # config fields set on every config built
-                ) -> PretrainedConfig | PairConfig:  # one config, or a `PairConfig` for electra/ale
-    """The config of `arch` at size `preset` (a `PairConfig` for `electra`/`ale`; a decoder-only config for `CAUSAL_ARCHS`). `norm='pre'` gives the pre-LayerNorm
-    variant (`bert`, `roberta`, `script`); `dropout` is the hidden and attention dropout; `overrides` are set on every config built."""
-    _check_arch(arch); p = get_preset(preset)
-    n_special = len(SPECIAL_TOKENS)
-    if vocab_size <= n_special:
-        raise NlEmbryoError(f"vocab_size={vocab_size} leaves no room beyond the {n_special} special tokens",
-                            "pass vocab_size=len(tokenizer)")
+                ) -> PretrainedConfig | PairConfig:  # one config, or a `PairConfig` for a pair
+    """The config of `arch` at size `preset`, built by the function its `Architecture` entry names (a `PairConfig` for a
+    pair). `norm='pre'` gives the pre-LayerNorm variant where the entry has one; `dropout` is the hidden and attention
+    dropout; `overrides` are set on every config built."""
+    entry = get_architecture(arch); p = get_preset(preset)
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise NlEmbryoError(f"vocab_size={vocab_size} leaves no room beyond the {len(SPECIAL_TOKENS)} special tokens", "pass vocab_size=len(tokenizer)")
     L = p.max_position if max_position is None else max_position
     if L < 1: raise NlEmbryoError(f"max_position={L} must be positive", "pass the longest sequence the model must accept, e.g. 128 or 512")
-    if arch in CAUSAL_ARCHS:
-        if norm == 'post': raise NlEmbryoError(f"{arch} is pre-LayerNorm in transformers: it has no post-LN variant", f"use norm='pre' (--norm pre) or leave it out with {arch}")
-        if not 0 <= dropout < 1: raise NlEmbryoError(f"dropout={dropout} must lie in [0, 1)", "use 0 (off) or 0.1")
-        return _causal_config(arch, p, vocab_size, L, dropout, overrides)
-    norm = norm or 'post'
-    if norm not in NORMS: raise NlEmbryoError(f"unknown norm {norm!r}", f"choose one of: {', '.join(NORMS)}")
     if not 0 <= dropout < 1: raise NlEmbryoError(f"dropout={dropout} must lie in [0, 1)", "use 0 (off) or 0.1 (BERT)")
-    if norm == 'pre' and arch not in PRE_LN_ARCHS:
-        raise NlEmbryoError(f"{arch} has no pre-LayerNorm variant in transformers",
-                            f"use norm='post' (--norm post) with {arch}, or a pre-LN architecture: {', '.join(PRE_LN_ARCHS)}")
-    common = dict(preset=p, vocab_size=vocab_size, max_position=L, overrides=overrides, dropout=dropout)
-    if ARCHITECTURES[arch].pair: return _pair_config(arch, p, generator_fraction, common)
-    return _masked_config(arch, p, norm, common)
+    if entry.family == 'causal':
+        if norm == 'post': raise NlEmbryoError(f"{arch} is pre-LayerNorm in transformers: it has no post-LN variant", f"use norm='pre' (--norm pre) or leave it out with {arch}")
+        norm = 'pre'
+    else:
+        norm = norm or 'post'
+        if norm not in NORMS: raise NlEmbryoError(f"unknown norm {norm!r}", f"choose one of: {', '.join(NORMS)}")
+        if norm == 'pre' and not entry.pre_ln:
+            raise NlEmbryoError(f"{arch} has no pre-LayerNorm variant in transformers",
+                                f"use norm='post' (--norm post) with {arch}, or a pre-LN architecture: {', '.join(archs(pre_ln=True))}")
+    if entry.pair and not 0 < generator_fraction <= 1:
+        raise NlEmbryoError(f"generator_fraction={generator_fraction} must lie in (0, 1]", "use 0.25 (Shao 2020) or 1/3 (ELECTRA-base)")
+    cfg = entry.builder()(arch=arch, preset=p, vocab_size=vocab_size, max_position=L, norm=norm, dropout=dropout,
+                          generator_fraction=generator_fraction, overrides=overrides)
+    made = (hasattr(cfg, 'generator') and hasattr(cfg, 'discriminator')) if entry.pair else isinstance(cfg, PretrainedConfig)
+    if not made:
+        raise NlEmbryoError(f"architecture {arch!r}: its config builder {entry.config!r} returned {type(cfg).__name__}, not a "
+                            f"{'PairConfig' if entry.pair else 'transformers config'}", "return the config of the model the entry names")
+    return cfg
 
 # %% ../nbs/03_models.ipynb #f62f6b25
 @contextlib.contextmanager
@@ -388,14 +358,101 @@ def is_pair(model,      # anything: a model, an `ElectraPair`, a config, ...
 # %% ../nbs/03_models.ipynb #de8d7cb4
 def is_causal(model,      # a model, a config or a config dict (`Run.model_config`); an `ElectraPair` is never causal
              ) -> bool:
-    """True for a decoder-only causal LM: an nl_embryo config of an arch in `CAUSAL_ARCHS`, or any config whose class is
-    a transformers `*ForCausalLM` / `*LMHeadModel` (a Pythia or OLMo checkpoint, say)."""
+    """True for a decoder-only causal LM: an nl_embryo config of a causal architecture, a config whose model type a
+    causal entry's parts map names, or any config whose class is a transformers `*ForCausalLM` / `*LMHeadModel` (a
+    Pythia or OLMo checkpoint, say)."""
     if is_pair(model): return False
     cfg = getattr(model, 'config', model)
     get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
     arch = get('nl_embryo_arch')
     if arch in ARCHITECTURES: return ARCHITECTURES[arch].family == 'causal'
+    if found := parts_of_type(get('model_type')): return found.family == 'causal'
     return any(str(n).endswith(('ForCausalLM', 'LMHeadModel')) for n in (get('architectures') or []))
+
+# %% ../nbs/03_models.ipynb #4206e96b
+class Parts(NamedTuple):
+    "Where a network keeps its parts: qualified module names (for `model.get_submodule`), None where it has no such part."
+    family: str             # 'masked' (the BERT family) or 'causal' (decoder-only)
+    layers: str             # the ModuleList of transformer layers (ALBERT: of its shared layer groups)
+    word: str               # the token embedding table
+    position: str | None    # the learned position table; None with rotary positions or none (`positions` says which)
+    output: str | None      # the output layer (hidden states -> vocabulary logits); None for a bare encoder or an ELECTRA discriminator
+    final_norm: str | None  # the norm after the last layer; None where there is none (post-LN models)
+    attention: str = ''     # the attention module of each layer, below the layer (e.g. 'attention.self')
+    head: tuple = ()        # the masked-LM head's modules, applied in turn (empty: none)
+    output_bias: str | None = None  # the output layer's bias (a parameter); None: it has none
+    positions: str = 'learned'      # 'learned', 'rotary' or 'none'
+    shared_layers: bool = False     # the layer list holds groups shared across depth (ALBERT)
+    arch: str = ''          # the architecture entry whose parts map this is
+    embeddings: str | None = None   # the embedding block as one module (BERT family), where there is one
+    token_type: str | None = None   # the token-type embedding table, where there is one
+    projection: str | None = None   # the projection of factorised embeddings to the hidden size, where there is one
+    pooler: str | None = None       # the pooler, where there is one
+
+def _sub(m, name: str):
+    try: return m.get_submodule(name)
+    except AttributeError: return None
+
+def model_parts(model,       # a masked or causal model, or an `ElectraPair` (its discriminator)
+               ) -> Parts:   # the qualified names of its parts
+    "Where `model` keeps its parts, from the parts map of its transformers model type (refused by name when no architecture entry declares one)."
+    m = model.discriminator if is_pair(model) else model
+    mt = getattr(getattr(m, 'config', None), 'model_type', None)
+    if not isinstance(m, nn.Module) or (found := parts_of_type(mt)) is None:
+        raise NlEmbryoError(f"{type(m).__name__} (model type {mt!r}): no architecture entry says where its layers, embeddings and output live",
+                            f"register an Architecture whose parts map names model type {mt!r}, or its parts alone with register_parts (the contributing chapter shows both)")
+    arch, pm, family = found
+    b = next(n for n, mod in m.named_modules() if mod is m.base_model)
+    q = lambda rel: '.'.join(x for x in (b, rel) if x)
+    names = {id(mod): n for n, mod in m.named_modules()}
+    out = (m.get_output_embeddings() if pm.output == '@output' and hasattr(m, 'get_output_embeddings') else _sub(m, pm.output)) if pm.output else None
+    output = names.get(id(out)) if out is not None else None
+    heads = (pm.head,) if isinstance(pm.head, str) else tuple(pm.head or ())
+    head = tuple(h for h in heads if _sub(m, h) is not None) if all(_sub(m, h) is not None for h in heads) else ()
+    bias = None
+    if pm.output_bias and (output or not pm.output_bias.startswith('@')):
+        owner, _, attr = pm.output_bias.replace('@output', output or '').rpartition('.')
+        if isinstance(getattr(_sub(m, owner) if owner else m, attr, None), nn.Parameter): bias = f"{owner}.{attr}" if owner else attr
+    learned = pm.position not in ('rotary', 'none')
+    there = lambda rel: q(rel) if rel and _sub(m, q(rel)) is not None else None      # an optional part: its name where this model has it
+    return Parts(family, q(pm.layers), q(pm.word), q(pm.position) if learned else None, output, there(pm.final_norm),
+                 pm.attention, head, bias, 'learned' if learned else pm.position, pm.shared_layers, arch,
+                 there(pm.embeddings), there(pm.token_type), there(pm.projection), there(pm.pooler))
+
+# %% ../nbs/03_models.ipynb #fe9975a6
+_CHECKED: set = set()   # (architecture, model class) pairs whose parts map was checked against a built model
+
+def check_parts(arch: str,  # the architecture entry whose builder made `model`
+                model,      # a model it built (or an `ElectraPair`: both halves are checked)
+               ) -> None:
+    "Raise `NlEmbryoError` naming the entry and every part its parts map gets wrong for `model` (checked once per entry and class)."
+    nets = [('generator', model.generator), ('discriminator', model.discriminator)] if is_pair(model) else [('model', model)]
+    for role, m in nets:
+        if (arch, type(m).__name__, id(ARCHITECTURES.get(arch))) in _CHECKED: continue
+        mt = getattr(m.config, 'model_type', None)
+        if mt not in (ARCHITECTURES[arch].parts or {}) if arch in ARCHITECTURES else False:
+            raise NlEmbryoError(f"architecture {arch!r}: its builder makes a {type(m).__name__} of model type {mt!r}, which its parts map does not name "
+                                f"(it names {', '.join(ARCHITECTURES[arch].parts)})", f"key its parts map by the model type its builder makes: parts={{{mt!r}: PartsMap(...)}}")
+        bad = []
+        try: P = model_parts(m)
+        except NlEmbryoError as e: raise NlEmbryoError(f"architecture {arch!r}: {e.problem}", e.fix) from None
+        V, L = m.config.vocab_size, m.config.num_hidden_layers
+        layers = _sub(m, P.layers)
+        if not isinstance(layers, nn.ModuleList): bad.append(f"layers {P.layers!r} is not a list of layers")
+        elif not P.shared_layers and len(layers) != L: bad.append(f"layers {P.layers!r} holds {len(layers)} layers, the config {L}")
+        elif _sub(layers[0], P.attention) is None: bad.append(f"attention {P.attention!r} is not in a layer")
+        if not isinstance(_sub(m, P.word), nn.Embedding) or _sub(m, P.word).num_embeddings != V: bad.append(f"word {P.word!r} is not the {V}-row token embedding")
+        if P.positions == 'learned' and not isinstance(_sub(m, P.position), nn.Embedding): bad.append(f"position {P.position!r} is not an embedding table")
+        pm = parts_of_type(m.config.model_type).parts
+        if pm.final_norm and P.final_norm is None: bad.append(f"final_norm {pm.final_norm!r} is not in the model")
+        if role != 'discriminator':
+            out = _sub(m, P.output) if P.output else None
+            if not (isinstance(out, nn.Linear) and out.out_features == V): bad.append(f"output {pm.output!r} is not a linear layer to the {V}-token vocabulary")
+            if P.family == 'masked' and not P.head: bad.append(f"head {pm.head!r} is not in the model")
+            if pm.output_bias and P.output_bias is None: bad.append(f"output_bias {pm.output_bias!r} is not a parameter of the model")
+        if bad: raise NlEmbryoError(f"architecture {arch!r}: its parts map (model type {m.config.model_type!r}) does not fit the {type(m).__name__} "
+                                    f"its builder makes: {'; '.join(bad)}", "fix the parts map of its entry (body parts below the base model, head and output below the whole model)")
+        _CHECKED.add((arch, type(m).__name__, id(ARCHITECTURES.get(arch))))
 
 # %% ../nbs/03_models.ipynb #9db8691f
 def lm_head(model: PreTrainedModel,  # a transformers causal LM (`*ForCausalLM`, `GPT2LMHeadModel`)
@@ -406,7 +463,7 @@ def lm_head(model: PreTrainedModel,  # a transformers causal LM (`*ForCausalLM`,
     return head
 
 # %% ../nbs/03_models.ipynb #b92aee45
-POSITION_INITS = ('random', 'sinusoidal')
+# POSITION_INITS ('random', 'sinusoidal') is in the architectures tables
 
 # %% ../nbs/03_models.ipynb #57779dbe
 def sinusoidal_table(n: int,              # the number of positions (rows)
@@ -432,10 +489,12 @@ def init_positions(model,                    # a transformers model or an `Elect
     if kind not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {kind!r}", f"choose one of: {', '.join(POSITION_INITS)}")
     if kind == 'random': return model
     for m in ([model.discriminator] if is_pair(model) else [model]):
-        if is_causal(m) and not hasattr(m.base_model, 'wpe'):
-            raise NlEmbryoError(f"{m.config.nl_embryo_arch if hasattr(m.config, 'nl_embryo_arch') else type(m).__name__} has rotary positions: there is no position table to initialise",
-                                "use position_init='random' (--position-init random) with gpt-neox and llama; gpt2 has a learned table")
-        emb = m.base_model.wpe if is_causal(m) else m.base_model.embeddings.position_embeddings
+        P = model_parts(m)
+        if P.position is None:
+            raise NlEmbryoError(f"{getattr(m.config, 'nl_embryo_arch', None) or type(m).__name__} has {P.positions} positions: there is no position table to initialise",
+                                f"use position_init='random' (--position-init random) with {', '.join(a for a in archs() if get_architecture(a).position in ('rotary', 'none'))}; "
+                                f"{', '.join(a for a in archs() if get_architecture(a).position not in ('rotary', 'none'))} have a learned table")
+        emb = m.get_submodule(P.position)
         table = sinusoidal_table(*emb.weight.shape)
         table *= getattr(m.config, 'initializer_range', 0.02) / table.std()
         if emb.padding_idx is not None: table[emb.padding_idx] = 0     # RoBERTa's padding row stays zero (its positions start after it)
@@ -443,7 +502,7 @@ def init_positions(model,                    # a transformers model or an `Elect
     return model
 
 # %% ../nbs/03_models.ipynb #ee611d73
-def build_model(arch: str,                          # the architecture, one of `ARCHS`
+def build_model(arch: str,                          # the architecture, one of `archs()`
                 preset: str | SizePreset = 'tiny',  # the size: a preset name (`PRESETS`) or a `SizePreset`
                 vocab_size: int = 8000,             # the tokenizer's vocabulary size
                 max_position: int | None = None,    # the longest input in tokens; None: the preset's `max_position`
@@ -456,9 +515,10 @@ def build_model(arch: str,                          # the architecture, one of `
     its position embeddings start as `position_init` says (`init_positions`)."""
     if position_init not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {position_init!r}", f"choose one of: {', '.join(POSITION_INITS)}")
     cfg = build_config(arch, preset, vocab_size, max_position, generator_fraction, **overrides)
-    if isinstance(cfg, PairConfig):
-        return init_positions(ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device)), position_init)
-    return init_positions(_instantiate(cfg, device), position_init)
+    model = (ElectraPair(_instantiate(cfg.generator, device), _instantiate(cfg.discriminator, device)) if get_architecture(arch).pair
+             else _instantiate(cfg, device))
+    check_parts(arch, model)           # the entry's parts map fits what its builder made (once per entry and class)
+    return init_positions(model, position_init)
 
 # %% ../nbs/03_models.ipynb #ce5cd0c9
 def convert_to_safetensors(folder,                              # the model folder that holds the `torch.save` state dict
@@ -537,13 +597,13 @@ def count_parameters(model: nn.Module,                 # any torch module; a par
 
 # %% ../nbs/03_models.ipynb #a451f186
 def parameter_table(presets=('tiny', 'small', 'base'),  # the size presets (names or `SizePreset`s)
-                    archs=ARCHS,                        # the architectures
+                    archs=None,                         # the architectures (None: every registered one)
                     vocab_sizes=(8000, 30522),          # the vocabulary sizes
                    ) -> pd.DataFrame:                   # one row per preset, architecture and vocabulary size
     "Parameter counts per preset, architecture and vocabulary size (built on the meta device)."
     rows = []
     for preset in presets:
-        for arch in archs:
+        for arch in (archs if archs is not None else tuple(ARCHITECTURES)):
             for V in vocab_sizes:
                 m = build_model(arch, preset, vocab_size=V, device='meta')
                 g, d = (m.generator, m.discriminator) if is_pair(m) else (None, m)
@@ -568,13 +628,13 @@ def stored_numel(model,      # a transformers model or an `ElectraPair`
 
 # %% ../nbs/03_models.ipynb #6b5e0f21
 def checkpoint_sizes(presets=('tiny', 'small', 'base'),  # the size presets (names or `SizePreset`s)
-                     archs=ARCHS,                        # the architectures
+                     archs=None,                         # the architectures (None: every registered one)
                      vocab_sizes=(8000, 30522),          # the vocabulary sizes
                     ) -> pd.DataFrame:                   # one row per preset, architecture and vocabulary size
     "Bytes of one checkpoint's weights per preset, architecture and vocabulary size, in fp32 and fp16/bf16, plus AdamW state."
     rows = []
     for preset in presets:
-        for arch in archs:
+        for arch in (archs if archs is not None else tuple(ARCHITECTURES)):
             for V in vocab_sizes:
                 m = build_model(arch, preset, vocab_size=V, device='meta')
                 n = stored_numel(m)
@@ -710,14 +770,13 @@ def measure_training_flops(model,                         # a transformers MLM o
 # %% ../nbs/03_models.ipynb #4c9a1f47
 def mlm_head(model: PreTrainedModel,  # a transformers `*ForMaskedLM` model
             ) -> nn.Module:
-    "The MLM head of a transformers `*ForMaskedLM` (hidden states -> vocabulary logits), to apply at masked positions only."
+    "The MLM head of a masked LM (hidden states -> vocabulary logits), to apply at masked positions only: where its parts map says (`model_parts`), also in a `*ForPreTraining`."
     if is_causal(model):
         raise NlEmbryoError(f"{type(model).__name__} is a causal LM: it predicts the next token and has no masked-LM head",
                             "use the causal analyses (next-word prediction, exact log-likelihood) or nl_embryo.models.lm_head for its output layer")
-    for name in ('cls', 'lm_head', 'predictions'):
-        if hasattr(model, name): return getattr(model, name)
-    if hasattr(model, 'generator_predictions'): return nn.Sequential(model.generator_predictions, model.generator_lm_head)
-    raise NlEmbryoError(f"{type(model).__name__} has no MLM head", "pass a *ForMaskedLM model")
+    head = [model.get_submodule(h) for h in model_parts(model).head]
+    if not head: raise NlEmbryoError(f"{type(model).__name__} has no MLM head", "pass a model with a masked-LM head (a *ForMaskedLM, or a *ForPreTraining: its MLM head is used)")
+    return head[0] if len(head) == 1 else nn.Sequential(*head)
 
 def split_mlm_head(model: PreTrainedModel,  # a transformers `*ForMaskedLM` model
                   ) -> tuple:               # `(features, output_layer)`
@@ -753,7 +812,7 @@ def steps_for_equal_flops(model,                        # the model (or config) 
                           **kwargs,                     # `flops_per_token`'s other options
                          ) -> int:
     """Steps `model` may take (same batch shape) to spend the training FLOPs of `reference` after `reference_steps` steps,
-    under `convention`: `'analytic'` (this chapter's matmul count) or `'paper001'` (the cost ratios paper 001's Table V
+    under `convention`: `'analytic'` (this chapter's matmul count) or `'paper001'` (the cost ratios Shao 2020's Table V
     implies for BERT, ELECTRA and ALE; the analytic count for any other architecture)."""
     if convention not in FLOPS_CONVENTIONS: raise NlEmbryoError(f"unknown FLOPs convention {convention!r}", f"use one of: {', '.join(FLOPS_CONVENTIONS)}")
     ratio = flops_per_token(reference, seq_len, **kwargs)['total'] / flops_per_token(model, seq_len, **kwargs)['total']

@@ -8,18 +8,17 @@ import torch
 import torch.nn.functional as F
 
 from .core import NlEmbryoError
-from .corpora import SPECIAL_TOKENS
+from .architectures import N_SPECIAL, SPECIAL_TOKENS
+from .options import (EVAL_LOSSES, EVAL_MASK_SPLIT, LEGACY_EVAL_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, eval_split_of,
+                               format_mask_split, parse_mask_split)
 from .models import lm_head, mlm_head, split_mlm_head
 
 # %% auto #0
-__all__ = ['N_SPECIAL', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'MASK_PROB', 'EVAL_LOSSES', 'PLATEAU_MARGIN',
-           'MASK_SPLIT', 'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT', 'OBJECTIVES', 'step_generator', 'parse_mask_split',
-           'format_mask_split', 'eval_split_of', 'mask_tokens', 'word_start_table', 'masked_lm_logits', 'masked_ce',
-           'mlm_objective', 'sample_replacements', 'corrupt', 'rtd_logits', 'electra_objective', 'linear_logsumexp',
-           'script_log_z', 'script_objective', 'clm_objective']
+__all__ = ['PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'OBJECTIVES', 'step_generator', 'mask_tokens', 'word_start_table',
+           'masked_lm_logits', 'masked_ce', 'mlm_objective', 'sample_replacements', 'corrupt', 'rtd_logits',
+           'electra_objective', 'linear_logsumexp', 'script_log_z', 'script_objective', 'clm_objective']
 
 # %% ../nbs/04a_objectives.ipynb #c2c9bf18
-N_SPECIAL = len(SPECIAL_TOKENS)
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(N_SPECIAL)
 
 def step_generator(seed: int,           # the run's seed
@@ -28,43 +27,6 @@ def step_generator(seed: int,           # the run's seed
                   ) -> torch.Generator: # seeded from `seed` and `step`
     "A torch generator for step `step` of a run seeded with `seed` (the same numbers whenever the step is replayed)."
     g = torch.Generator(device=device); g.manual_seed((seed * 1_000_003 + step) % (2**63 - 1)); return g
-
-# %% ../nbs/04a_objectives.ipynb #7e5b9e00
-MASK_PROB = 0.15               # BERT: the share of tokens selected for prediction; every `mask_prob` default reads it
-EVAL_LOSSES = ('eval_mlm_loss', 'eval_clm_loss')   # a run's held-out LM loss in its metrics: masked (MLM) or next-token (CLM)
-PLATEAU_MARGIN = 0.1           # nats below the unigram entropy that count as having left the unigram plateau
-MASK_SPLIT = (0.8, 0.1, 0.1)   # BERT: of the selected tokens, 80% become [MASK], 10% a random token, 10% stay
-# The eval batches [MASK] every selected token: with 80/10/10, 10% of the scored positions show their own token, which a
-# model learns to copy and the context-free unigram predictor cannot see, so the distance below the unigram entropy
-# gains about 0.5 nat that is not learning from context (a model trained on uniform random tokens showed 0.55 nat "below").
-EVAL_MASK_SPLIT = (1.0, 0.0, 0.0)
-LEGACY_EVAL_SPLIT = '80/10/10'     # what runs written before `eval_mask_split` was recorded in config.json were scored with
-
-def parse_mask_split(spec,                            # '80/10/10' (percentages summing to 100) or 3 fractions summing to 1 (or 100)
-                    ) -> tuple[float, float, float]:  # the fractions [MASK] / random token / unchanged, summing to 1
-    "`'80/10/10'` (percent of the selected tokens that become [MASK] / a random token / stay) or a 3-tuple of fractions -> fractions."
-    try:
-        parts = [float(x) for x in spec.split('/')] if isinstance(spec, str) else [float(x) for x in spec]
-        if len(parts) != 3 or min(parts) < 0: raise ValueError
-        total = sum(parts)
-        if abs(total - 100) > 1e-6 and abs(total - 1) > 1e-9: raise ValueError
-    except (ValueError, TypeError, AttributeError):
-        raise NlEmbryoError(f"bad mask split {spec!r}", "give three percentages that sum to 100: '80/10/10' (BERT) or '100/0/0' (always [MASK])") from None
-    return tuple(p / total for p in parts)
-
-# %% ../nbs/04a_objectives.ipynb #9c67881c
-def format_mask_split(split,       # a mask split as `parse_mask_split` takes it ('80/10/10' or 3 fractions)
-                     ) -> str:     # the percentages joined by '/', e.g. '80/10/10'
-    "`(0.8, 0.1, 0.1)` -> `'80/10/10'`: how config.json records a split."
-    return '/'.join(f'{100 * f:g}' for f in parse_mask_split(split))
-
-# %% ../nbs/04a_objectives.ipynb #eda22767
-def eval_split_of(config: dict | None,           # a run's config.json as a dict; None or {} for a new run
-                 ) -> tuple[float, float, float]: # the eval mask split as fractions
-    """The eval mask split a run is scored with, from its config.json dict: the recorded `eval_mask_split`; a run written
-    before it was recorded: `LEGACY_EVAL_SPLIT` (80/10/10); no config at all (a new run): `EVAL_MASK_SPLIT`."""
-    if not config: return EVAL_MASK_SPLIT
-    return parse_mask_split(config.get('eval_mask_split', LEGACY_EVAL_SPLIT))
 
 # %% ../nbs/04a_objectives.ipynb #f30eff8a
 def mask_tokens(ids: torch.Tensor,                        # token ids, (B, T); special tokens (ids < N_SPECIAL) are never selected
@@ -277,4 +239,4 @@ def clm_objective(model,     # a transformers causal LM (`build_model('gpt-neox'
     return dict(loss=loss, clm_loss=loss.detach(), clm_acc=acc, n_predicted=keep.sum())
 
 # %% ../nbs/04a_objectives.ipynb #a140faeb
-OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective, 'clm': clm_objective}
+OBJECTIVES = {'mlm': mlm_objective, 'electra': electra_objective, 'script': script_objective, 'clm': clm_objective}   # the built-in loss functions by name

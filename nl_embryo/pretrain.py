@@ -18,22 +18,22 @@ from fastcore.basics import patch
 
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
                             is_disk_full, native_bf16, sha256_file, check_writable, available_memory, WRITER_LOCK, writer_lock)
-from .corpora import SPECIAL_TOKENS, CORPORA, corpus_dir, corpus_sources, load_corpus, tokenizer_dir
+from .corpora import CORPORA, corpus_dir, corpus_sources, load_corpus, tokenizer_dir
 from .data import fetch, is_fetched
-from .models import (ARCHITECTURES, ARCHS, quiet_transformers, PRESETS, NORMS, PRE_LN_ARCHS, PAIR_ARCHS, CAUSAL_ARCHS,
-                              POSITION_INITS, is_pair,
-                              split_mlm_head, build_model, check_tokenizer_matches, set_attention, count_parameters, training_flops)
-from .objectives import (EVAL_LOSSES, EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, N_SPECIAL, OBJECTIVES, eval_split_of, format_mask_split, mask_tokens,
-                                  parse_mask_split, step_generator, word_start_table)
+from .architectures import (N_SPECIAL, OBJECTIVE_TABLE, PRESETS, RECIPE_FIELDS, RECIPES, Recipe, SPECIAL_TOKENS, archs, get_architecture)
+from .options import (EVAL_LOSSES, EVAL_MASK_SPLIT, MASK_PROB, MASK_SPLIT, OUTPUT_BIASES, PLATEAU_MARGIN, PRECISIONS, SCHEDULES,
+                               PretrainConfig, checkpoint_steps, check_config, eval_split_of, format_mask_split, parse_mask_split)
+from .models import (quiet_transformers, is_pair, split_mlm_head, build_model, check_tokenizer_matches, set_attention,
+                              count_parameters, training_flops)
+from .objectives import OBJECTIVES, mask_tokens, step_generator, word_start_table
 from .checkpoints import (CHECKPOINT_RE, damaged_checkpoints, disk_full_error, list_checkpoints, load_trained_model, optimizer_from_safetensors,
                                    remove_interrupted_saves, save_checkpoint, verify_checkpoint)
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'OUTPUT_BIASES', 'PRECISIONS', 'RECIPES', 'RECIPE_FIELDS', 'OPTIMIZERS', 'DIVERGED_FACTOR', 'Lamb',
-           'make_optimizer', 'lr_at', 'checkpoint_steps', 'Recipe', 'PretrainConfig', 'check_config', 'warmup_steps',
-           'batch_size_at', 'data_position', 'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy',
-           'batch_rows', 'training_attention', 'training_memory', 'holds_run', 'check_new_run_folder',
-           'fetch_corpus_sources', 'resume_point', 'check_out_folder', 'pretrain', 'pretrain_seeds']
+__all__ = ['DIVERGED_FACTOR', 'Lamb', 'make_optimizer', 'lr_at', 'warmup_steps', 'batch_size_at', 'data_position',
+           'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
+           'training_attention', 'training_memory', 'holds_run', 'check_new_run_folder', 'fetch_corpus_sources',
+           'resume_point', 'check_out_folder', 'pretrain', 'pretrain_seeds']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
@@ -88,8 +88,6 @@ def make_optimizer(model,                # the model whose trainable parameters 
     raise NlEmbryoError(f"unknown optimizer {name!r}", "use adamw or lamb")
 
 # %% ../nbs/04_pretrain.ipynb #2251a996
-SCHEDULES = ('linear', 'triangle', 'cosine', 'constant')
-
 def lr_at(step: int,               # the optimizer step, 0-based
           total: int,              # the run's optimizer steps
           warmup: int,             # warm-up steps (0: none, the schedule starts at its peak)
@@ -104,203 +102,6 @@ def lr_at(step: int,               # the optimizer step, 0-based
     if schedule == 'constant': return 1.0
     if schedule == 'cosine': return 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
     return max(0.0, (total - step) / max(1, total - warmup))      # linear and triangle
-
-# %% ../nbs/04_pretrain.ipynb #4f0bcd54
-def checkpoint_steps(spec: str,     # 'log[:TOP[:EVERY]]' (powers of 2 up to TOP=512, then every EVERY=1000), 'linear:N' or '0,10,100'
-                     total: int,    # the run's optimizer steps; steps beyond it are dropped
-                    ) -> list[int]: # the checkpoint steps, sorted, always with 0 and `total`
-    "The sorted checkpoint steps of a run of `total` steps under `spec` (always with 0 and `total`)."
-    spec = str(spec).strip()
-    try:
-        if spec.startswith('log'):
-            parts = spec.split(':'); top = int(parts[1]) if len(parts) > 1 else 512; every = int(parts[2]) if len(parts) > 2 else 1000
-            if len(parts) > 3 or top < 1 or every < 1: raise ValueError
-            steps = {2 ** k for k in range(int(math.log2(max(top, 1))) + 1)} | set(range(every, total + 1, every))
-        elif spec.startswith('linear:'):
-            if (every := int(spec.split(':', 1)[1])) < 1: raise ValueError
-            steps = set(range(0, total + 1, every))
-        else:
-            steps = {int(s) for s in spec.split(',') if s.strip()}
-            if not steps or min(steps) < 0: raise ValueError
-    except (ValueError, IndexError):
-        raise NlEmbryoError(f"bad checkpoint spec {spec!r}", "use 'log', 'log:512:1000', 'linear:100' or a list like '0,10,100'")
-    return sorted({s for s in steps if 0 <= s <= total} | {0, total})
-
-# %% ../nbs/04_pretrain.ipynb #01a8e1f3
-OUTPUT_BIASES = ('zero', 'unigram')
-PRECISIONS = ('auto', 'fp32', 'bf16')   # auto: bf16 autocast where the hardware has bf16 (CUDA, CPUs with AVX512-BF16 or AMX), fp32 elsewhere
-
-@dataclass(frozen=True)
-class Recipe:
-    "How to train: the options of `PretrainConfig` that a preset fills in when they are not given (see the recipe comparison below)."
-    norm: str = 'post'            # post | pre LayerNorm (pre: bert, roberta, script only; the others stay post)
-    dropout: float = 0.1          # hidden and attention dropout
-    lr: float = 1e-3              # peak learning rate
-    schedule: str = 'linear'      # linear | triangle | cosine | constant
-    warmup: float = 0.06          # warm-up: a fraction of the steps (< 1) or a number of steps
-    mask_prob: float = MASK_PROB  # fraction of the tokens selected for prediction
-    mask_split: str = '80/10/10'  # of the selected: % [MASK] / % random token / % unchanged
-    output_bias: str = 'zero'     # zero | unigram: the MLM output bias starts at the corpus' log unigram frequencies
-    beta2: float = 0.999          # Adam's second-moment decay
-    position_init: str = 'random' # random | sinusoidal: how the learned position embeddings start (nl_embryo.models.init_positions)
-
-# %% ../nbs/04_pretrain.ipynb #58b1a39d
-RECIPES: dict[str, Recipe] = {
-    'bert': Recipe(),             # BERT's own recipe (Devlin et al. 2019), the papers' setting
-    'mini': Recipe(norm='pre', dropout=0.0, lr=3e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
-    'tiny': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98,
-                   position_init='sinusoidal'),
-    'tiny2': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.25, mask_prob=0.5, output_bias='unigram', beta2=0.98,
-                    position_init='sinusoidal'),   # the demo's: tiny's with 50% masking and a quarter-length warm-up
-    'small': Recipe(norm='post', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
-    'base': Recipe(norm='pre', dropout=0.0, lr=1e-3, schedule='triangle', warmup=0.5, mask_prob=0.3, output_bias='unigram', beta2=0.98),
-}
-RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe))
-
-# %% ../nbs/04_pretrain.ipynb #6c11149d
-@dataclass
-class PretrainConfig:
-    "Everything that defines a pre-training run. Options left at None come from the recipe (`recipe`, default: the preset's)."
-    out: str = 'runs/demo'            # the run folder
-    arch: str = 'bert'                # masked: bert | roberta | albert | electra | ale | script; causal: gpt2 | gpt-neox | llama
-    preset: str = 'tiny'              # model size: mini | tiny | tiny2 | small | base (nl_embryo.models.PRESETS)
-    corpus: str = 'english'           # a named corpus (nl_embryo.corpora.CORPORA), or your own text stored by nl-embryo corpus add
-    objective: str | None = None      # mlm | electra | script | clm (default: follows arch)
-    recipe: str | None = None         # the recipe behind the options left at None: bert | mini | tiny | tiny2 | small | base (default: the preset's)
-    steps: int = 300                  # optimizer steps
-    batch_size: int = 32              # sequences per optimizer step (all processes and accumulation steps together)
-    batch_ramp: float = 0.0           # grow the batch linearly from a quarter of batch_size over this fraction of the steps (0: off)
-    grad_accum: int = 1               # micro-batches per optimizer step
-    block_size: int = 128             # tokens per sequence
-    vocab_size: int = 8000            # WordPiece vocabulary of the corpus' tokenizer
-    corpus_tokens: int | None = None  # tokens to generate for an artificial corpus (None: the corpus default)
-    norm: str | None = None           # LayerNorm placement: post (BERT) | pre (bert, roberta, script)
-    dropout: float | None = None      # hidden and attention dropout (0: off)
-    lr: float | None = None           # peak learning rate
-    schedule: str | None = None       # learning-rate schedule: linear | triangle | cosine | constant
-    warmup: float | None = None       # warm-up: a fraction of the steps (< 1) or a number of steps
-    mask_prob: float | None = None    # fraction of the tokens selected for prediction
-    mask_split: str | None = None     # of the selected tokens: % [MASK] / % random / % unchanged, e.g. 80/10/10 or 100/0/0
-    output_bias: str | None = None    # initial MLM output bias: zero | unigram (the corpus' log unigram frequencies)
-    beta2: float | None = None        # Adam's second-moment decay
-    position_init: str | None = None  # initial position embeddings: random | sinusoidal (the sine/cosine table at the same scale)
-    optimizer: str = 'adamw'          # adamw | lamb
-    weight_decay: float = 0.01        # decoupled weight decay (not on biases and LayerNorm)
-    max_grad_norm: float = 1.0        # gradient clipping (0: off)
-    whole_word: bool = False          # whole-word masking
-    temperature: float = 0.8          # ELECTRA generator sampling temperature (paper 001)
-    rtd_weight: float = 50.0          # ELECTRA lambda
-    script_alpha: float = 50.0        # SCRIPT alpha
-    generator_fraction: float | None = None  # ELECTRA generator hidden size / discriminator hidden size (None: preset default)
-    checkpoints: str = 'log'          # checkpoint timeline spec (see checkpoint_steps)
-    eval_every: int = 0               # also score the eval blocks every N steps (0: only at checkpoints)
-    eval_batches: int = 4             # eval batches scored at every evaluation
-    eval_mask_prob: float = MASK_PROB # masking rate of the eval batches (fixed, so recipes with other rates compare)
-    eval_seed: int = 0                # seeds the eval masks (fixed, so runs with other seeds are scored on the same positions)
-    seed: int = 0                     # seeds the model, the data order, the masks and dropout
-    precision: str = 'auto'           # auto (bf16 autocast where the hardware has it: CUDA, CPUs with AVX512-BF16/AMX) | fp32 | bf16
-    compile: bool = False             # torch.compile the model
-    half_checkpoints: bool = False    # store checkpoint weights in bfloat16 (half the disk; resume is then not exact)
-    device: str | None = None         # cpu | cuda | None (auto)
-
-# %% ../nbs/04_pretrain.ipynb #211b9d08
-OPTIMIZERS = ('adamw', 'lamb')
-
-def _type_ok(v, allowed: tuple) -> bool:
-    "Whether value `v` fits one of the types `allowed` of a config field (bools are not numbers; an int goes where a float does)."
-    if isinstance(v, bool): return bool in allowed
-    if isinstance(v, numbers.Integral) and (int in allowed or float in allowed): return True
-    if isinstance(v, numbers.Real): return float in allowed
-    return isinstance(v, str) and str in allowed
-
-def check_config(cfg: PretrainConfig,  # the options as given (before `resolved` fills in the recipe's)
-                ) -> None:
-    """Raise `NlEmbryoError` for an option of the wrong type (each field against its annotation) or out of range:
-    the vocabulary, the eval batches, the ELECTRA temperature and loss weights, the optimizer and the device."""
-    hints = typing.get_type_hints(PretrainConfig)
-    for f in dataclasses.fields(PretrainConfig):
-        v, allowed = getattr(cfg, f.name), typing.get_args(hints[f.name]) or (hints[f.name],)
-        if (v is None and type(None) in allowed) or _type_ok(v, allowed): continue
-        want = ' or '.join('a number' if a is float else a.__name__ for a in allowed if a is not type(None))
-        example = f.default if f.default is not None else getattr(RECIPES['bert'], f.name, None)
-        raise NlEmbryoError(f"option {f.name} must be {want}{' (or None)' if type(None) in allowed else ''}, not {type(v).__name__} {v!r}",
-                            f"pass {f.name}={example!r} or the like (--{f.name.replace('_', '-')} on the command line)" if example is not None
-                            else f"pass {f.name} as {want}, or None")
-    if cfg.vocab_size <= N_SPECIAL:
-        raise NlEmbryoError(f"--vocab-size {cfg.vocab_size} leaves no room for text: a vocabulary holds the {N_SPECIAL} special tokens and every character of its text",
-                            "use e.g. --vocab-size 8000 (a WordPiece tokenizer names its exact minimum when it is trained)")
-    if cfg.eval_batches < 1: raise NlEmbryoError(f"--eval-batches {cfg.eval_batches}: the eval needs at least 1 batch", "use e.g. --eval-batches 4")
-    if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)): raise NlEmbryoError(f"--temperature {cfg.temperature} is not a sampling temperature: it must be a finite number above 0", "use e.g. --temperature 0.8 (below 1 sharpens, above 1 flattens)")
-    for k in ('rtd_weight', 'script_alpha'):
-        if not (getattr(cfg, k) >= 0 and math.isfinite(getattr(cfg, k))): raise NlEmbryoError(f"--{k.replace('_', '-')} {getattr(cfg, k)} must be a finite number, 0 or more", f"use e.g. {PretrainConfig.__dataclass_fields__[k].default}")
-    if cfg.optimizer not in OPTIMIZERS: raise NlEmbryoError(f"unknown optimizer {cfg.optimizer!r}", f"choose one of: {', '.join(OPTIMIZERS)}")
-    for k in ('seed', 'eval_seed'):
-        if not 0 <= getattr(cfg, k) < 2**32: raise NlEmbryoError(f"--{k.replace('_', '-')} {getattr(cfg, k)} is not a seed: it must be an integer from 0 to {2**32 - 1:,}", f"use e.g. --{k.replace('_', '-')} 0")
-    if cfg.device: get_device(cfg.device)     # an unknown device, or CUDA on a machine without it, is named
-
-# %% ../nbs/04_pretrain.ipynb #c393e407
-def _causal_fill(cfg, filled: dict) -> dict:
-    """What a causal arch changes in the options a recipe filled in: no causal output layer has a bias, so the unigram output
-    bias is left at 'zero' (refused when asked for); only gpt2 has a position table, so the rotary models start 'random'."""
-    out = {}
-    if filled['output_bias'] == 'unigram':
-        if cfg.output_bias == 'unigram':
-            raise NlEmbryoError(f"--output-bias unigram: the output layer of {cfg.arch} has no bias, so it cannot start at the unigram distribution",
-                                "leave --output-bias out (or pass zero) with a causal model: it starts at a uniform next-token distribution")
-        out['output_bias'] = 'zero'
-    if filled['position_init'] == 'sinusoidal' and cfg.arch != 'gpt2':
-        if cfg.position_init == 'sinusoidal':
-            raise NlEmbryoError(f"--position-init sinusoidal: {cfg.arch} has rotary positions, with no position table to initialise",
-                                "leave --position-init out with gpt-neox and llama (gpt2 has a learned table)")
-        out['position_init'] = 'random'
-    return out
-
-# %% ../nbs/04_pretrain.ipynb #c9f9b79e
-@patch
-def resolved(self: PretrainConfig) -> 'PretrainConfig':
-    "Check the options and fill in defaults: the objective from the arch, the options left at None from the recipe."
-    check_config(self)
-    if self.arch not in ARCHS: raise NlEmbryoError(f"unknown architecture {self.arch!r}", f"choose one of: {', '.join(ARCHS)}")
-    if self.corpus not in CORPORA: raise NlEmbryoError(f"unknown corpus {self.corpus!r}", f"choose one of: {', '.join(CORPORA)}")
-    obj = self.objective or ARCHITECTURES[self.arch].objective
-    if obj not in OBJECTIVES: raise NlEmbryoError(f"unknown objective {obj!r}", f"choose one of: {', '.join(OBJECTIVES)}")
-    pair, causal = self.arch in PAIR_ARCHS, self.arch in CAUSAL_ARCHS
-    if (obj == 'electra') != pair or (obj == 'clm') != causal:
-        raise NlEmbryoError(f"objective {obj!r} does not fit architecture {self.arch!r}",
-                            f"use --objective electra with --arch electra or ale, clm with {', '.join(CAUSAL_ARCHS)}, and mlm or script with the others")
-    if self.preset not in PRESETS: raise NlEmbryoError(f"unknown preset {self.preset!r}", f"choose one of: {', '.join(PRESETS)}")
-    name = self.recipe or (self.preset if self.preset in RECIPES else 'bert')
-    if name not in RECIPES: raise NlEmbryoError(f"unknown recipe {name!r}", f"choose one of: {', '.join(RECIPES)}")
-    recipe = RECIPES[name]
-    filled = {k: getattr(recipe, k) if getattr(self, k) is None else getattr(self, k) for k in RECIPE_FIELDS}
-    if self.norm is None and self.arch not in PRE_LN_ARCHS: filled['norm'] = 'pre' if causal else 'post'   # the one norm this arch has
-    if causal: filled.update(_causal_fill(self, filled))
-    if self.warmup is None and filled['schedule'] == 'triangle' and recipe.schedule != 'triangle': filled['warmup'] = 0.5
-    if filled['norm'] not in NORMS: raise NlEmbryoError(f"unknown norm {filled['norm']!r}", f"choose one of: {', '.join(NORMS)}")
-    if filled['schedule'] not in SCHEDULES: raise NlEmbryoError(f"unknown schedule {filled['schedule']!r}", f"choose one of: {', '.join(SCHEDULES)}")
-    if filled['position_init'] not in POSITION_INITS: raise NlEmbryoError(f"unknown position initialisation {filled['position_init']!r}", f"choose one of: {', '.join(POSITION_INITS)}")
-    if filled['output_bias'] not in OUTPUT_BIASES: raise NlEmbryoError(f"unknown output bias {filled['output_bias']!r}", f"choose one of: {', '.join(OUTPUT_BIASES)}")
-    if not 0 < filled['mask_prob'] < 1: raise NlEmbryoError(f"mask_prob={filled['mask_prob']} must lie in (0, 1)", "use e.g. 0.15 (BERT) or 0.3")
-    if not 0 < self.eval_mask_prob < 1: raise NlEmbryoError(f"eval_mask_prob={self.eval_mask_prob} must lie in (0, 1)", "use 0.15")
-    parse_mask_split(filled['mask_split'])
-    if not 0 <= filled['dropout'] < 1: raise NlEmbryoError(f"dropout={filled['dropout']} must lie in [0, 1)", "use 0 (off) or 0.1")
-    if not 0 < filled['beta2'] < 1: raise NlEmbryoError(f"beta2={filled['beta2']} must lie in (0, 1)", "use 0.999 (BERT) or 0.98")
-    if self.steps < 1: raise NlEmbryoError(f"steps must be at least 1, got {self.steps}", "pass --steps N with N >= 1")
-    _positive = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-    if not _positive(filled['lr']): raise NlEmbryoError(f"--lr {filled['lr']} is not a learning rate: it must be a positive finite number", "use e.g. --lr 1e-3 (the tiny recipe) or 1e-4")
-    if not (isinstance(self.batch_size, int) and self.batch_size >= 1): raise NlEmbryoError(f"--batch-size {self.batch_size} must be at least 1", "use e.g. --batch-size 32")
-    if not (isinstance(self.grad_accum, int) and self.grad_accum >= 1): raise NlEmbryoError(f"--grad-accum {self.grad_accum} must be at least 1", "use 1 (no accumulation) or more")
-    if not (self.max_grad_norm == 0 or _positive(self.max_grad_norm)): raise NlEmbryoError(f"--max-grad-norm {self.max_grad_norm} must be 0 (off) or a positive finite number", "use 1.0")
-    if not (self.weight_decay == 0 or _positive(self.weight_decay)): raise NlEmbryoError(f"--weight-decay {self.weight_decay} must be 0 or a positive finite number", "use 0.01")
-    if not (filled['warmup'] == 0 or _positive(filled['warmup'])): raise NlEmbryoError(f"--warmup {filled['warmup']} must be 0 or more: a fraction of the steps (< 1) or a number of steps", "use e.g. 0.06 or 100")
-    if Path(self.out).exists() and not Path(self.out).is_dir():
-        raise NlEmbryoError(f"--out {self.out} is a file, not a folder", "give the path of a new folder for the run (or of a run folder, with --resume)")
-    if self.batch_size % self.grad_accum: raise NlEmbryoError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}", "choose values that divide")
-    if not 0 <= self.batch_ramp < 1: raise NlEmbryoError(f"batch_ramp={self.batch_ramp} must lie in [0, 1)", "use a fraction of the steps, e.g. 0.2, or 0 for no ramp")
-    if self.eval_every < 0: raise NlEmbryoError(f"eval_every={self.eval_every} must be 0 or more", "use 0 to evaluate at the checkpoints only")
-    if self.precision not in PRECISIONS: raise NlEmbryoError(f"unknown precision {self.precision!r}", f"use {', '.join(PRECISIONS)}")
-    checkpoint_steps(self.checkpoints, self.steps)
-    return dataclasses.replace(self, objective=obj, recipe=name, **filled)
 
 # %% ../nbs/04_pretrain.ipynb #03f51508
 def warmup_steps(cfg: PretrainConfig,  # a resolved config (`PretrainConfig.resolved`): `warmup` is filled in
@@ -487,8 +288,8 @@ def _plateau_advice(cfg) -> str:
     knobs = [('norm', 'pre', '--norm pre'), ('output_bias', 'unigram', '--output-bias unigram'), ('mask_prob', 0.3, '--mask-prob 0.3'),
              ('dropout', 0.0, '--dropout 0'), ('schedule', 'triangle', '--schedule triangle'), ('position_init', 'sinusoidal', '--position-init sinusoidal')]
     tips = [f"{flag} (was {getattr(cfg, k)})" for k, good, flag in knobs
-            if getattr(cfg, k) != good and not (k == 'norm' and cfg.arch not in PRE_LN_ARCHS) and not (k == 'mask_prob' and cfg.mask_prob > good)
-            and not (cfg.arch in CAUSAL_ARCHS and k in ('norm', 'output_bias', 'mask_prob', 'position_init'))]
+            if getattr(cfg, k) != good and not (k == 'norm' and not get_architecture(cfg.arch).pre_ln) and not (k == 'mask_prob' and cfg.mask_prob > good)
+            and not (get_architecture(cfg.arch).family == 'causal' and k in ('norm', 'output_bias', 'mask_prob', 'position_init'))]
     tips += [f"more --steps (was {cfg.steps})", f"another --lr (was {cfg.lr}: larger if the loss fell slowly, smaller if it jumped)"]
     if cfg.recipe == 'bert': tips.append(f"or the tuned recipe of the preset: --recipe {cfg.preset if cfg.preset in RECIPES else 'tiny'}")
     return ', '.join(tips)
@@ -742,7 +543,8 @@ def _prepare_training(cfg, model, existing: dict, start: int, state: dict, data,
         optimizer_from_safetensors(optimizer, load_file(str(existing[start]/'optimizer.safetensors'), device=str(device)), state.pop('optimizer'))
     state.pop('optimizer', None); state.pop('half', None)
 
-    module = _ObjectiveModule(model, OBJECTIVES[cfg.objective], vocab_size=len(data.tok), mask_prob=cfg.mask_prob, word_starts=data.ws,
+    loss = OBJECTIVES[cfg.objective] if cfg.objective in OBJECTIVES else OBJECTIVE_TABLE[cfg.objective].loss()   # a built-in, or one registered since
+    module = _ObjectiveModule(model, loss, vocab_size=len(data.tok), mask_prob=cfg.mask_prob, word_starts=data.ws,
                               split=parse_mask_split(cfg.mask_split), temperature=cfg.temperature, rtd_weight=cfg.rtd_weight,
                               script_alpha=cfg.script_alpha)
     if cfg.compile: module = torch.compile(module)
@@ -934,6 +736,7 @@ def pretrain(cfg: PretrainConfig | None = None,  # the run's options (default: `
     with (writer_lock(run) if acc.is_main_process else _nullcontext()):
         return _train(cfg, run, resume, quiet, on_step, acc, device, bf16)
 
+# %% ../nbs/04_pretrain.ipynb #7a1b2c3d
 def _train(cfg, run: Path, resume: bool, quiet: bool, on_step, acc, device, bf16: bool) -> Path:
     "The body of `pretrain`, with the run folder locked: set up, then the loop over the optimizer steps."
     W, A = acc.num_processes, cfg.grad_accum

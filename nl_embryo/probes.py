@@ -14,6 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .registry import Analysis, analyze, register
+from .catalog import CATALOG
 from .stats import cluster_bootstrap, interval_columns
 from .charts import edge_baselines, interval_band, line_legend, save_chart, step_axis, step_label, step_marks, step_slider, y_domain   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
@@ -552,7 +553,7 @@ def probes_section(run,          # the run reported on (the section reads only `
     "The probes' part of a report: what they measure, the curves, the heatmap, selectivity and the table of values."
     df = tables['probes']
     parts = ["A linear probe per layer (layer 0 = embeddings) predicts each word's label (for `pos`: its part of speech) "
-             "from the hidden states of every checkpoint (paper 002 §4). Gray rules: the majority-class baseline (dashed) and "
+             "from the hidden states of every checkpoint (Chiang et al. 2020 §4). Gray rules: the majority-class baseline (dashed) and "
              "the most frequent label of each word (dotted), labelled with their values (one far below the curves sits at the "
              "axis' bottom edge). *Selectivity* "
              "is the probe's accuracy minus that of a control task that gives each word type a random label (Hewitt & "
@@ -568,5 +569,4 @@ PROBES = register(Analysis(
                   solver='lbfgs', weight_decay=1e-3, tol=1e-3),
     data_options=('tasks', 'n_words', 'seed', 'max_sentence_words'), shared_options=('seed',), row_options=('tasks',),
     key=('task', 'layer', 'metric'), charts=probes_charts, section=probes_section, version=PROBES_VERSION,
-    cli=dict(option='tasks', metavar='TASKS', parse=parse_tasks, help=f"linear probes per layer on these tasks, e.g. pos,dep (of: {', '.join(PROBE_TASKS)})"),
-    description='linear probes per layer: part of speech, dependencies, spans (paper 002 §4)'), replace=True)
+    **CATALOG['probes'].fields(parse=parse_tasks)), replace=True)   # its flag, default and help: the catalog (read without importing this chapter)

@@ -14,9 +14,9 @@ import pandas as pd
 
 from .core import NlEmbryoError, get_device
 from .timeline import PHASE_DETECTORS, Run, fingerprint, options_key
-from .stats import interval_columns, seeds_interval, t_interval
-from .charts import save_chart, use_theme, step_axis
-from .models import quiet_transformers
+from .catalog import REGISTRARS, load_plugins
+# stats (scipy), charts (Altair) and models (torch, transformers) are imported where they are used: a plug-in that
+# registers an analysis, and the command line that lists it, import this module without them
 
 # %% auto #0
 __all__ = ['ANALYSES', 'NEEDS', 'SEED_DIR', 'Analysis', 'register', 'get_analysis', 'check_needs', 'part_for', 'analysis_tables',
@@ -88,10 +88,13 @@ def register(analysis: Analysis,     # the analysis to add, under its `name`
     if analysis.phases is not None and analysis.phases not in PHASE_DETECTORS: PHASE_DETECTORS.append(analysis.phases)
     return analysis
 
+REGISTRARS.append((Analysis, register))   # an entry point of `nl_embryo.analyses` may name an Analysis object: this registers it
+
 def get_analysis(name,  # a registered analysis's name, or an `Analysis` (returned as it is)
                 ) -> Analysis:
     "The registered analysis `name` (an `Analysis` passes through)."
     if isinstance(name, Analysis): return name
+    if name not in ANALYSES: load_plugins(quiet=True)   # an installed plug-in registers it on import
     if name not in ANALYSES:
         raise NlEmbryoError(f"unknown analysis {name!r}", f"choose from: {', '.join(ANALYSES)} (import nl_embryo.analysis to register the "
                             "built-in ones: probes, reconstruction, attention, knowledge, surgery, finetune)")
@@ -175,6 +178,9 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
     else: opts = dict(opts, data=fingerprint(data))
     part = a.part(run) if callable(a.part) else part_for(a.needs, run) if a.part == 'auto' else a.part
     kw = {k: v for k, v in opts.items() if (k not in a.data_options or k in a.shared_options) and k != 'data'}
+    from nl_embryo.models import quiet_transformers
+    from nl_embryo.stats import interval_columns
+    from nl_embryo.charts import save_chart
     t0 = time.perf_counter()
     with quiet_transformers():
         frames = [run.map(a.checkpoint, d, steps=steps, progress=progress, eager=a.eager, part=part, device=str(get_device(device)),
@@ -247,6 +253,7 @@ def pool_seeds(df: pd.DataFrame,  # rows of several runs: `run`, `value`, `lo`, 
     items (`seeds_interval`), `n_seeds` and, with one seed present, the note that says so. Other columns keep their value
     where the seeds agree, else are left empty."""
     rows = []
+    from nl_embryo.stats import seeds_interval
     for name, labels in groups.items():
         sub = df[df['run'].isin(labels)]
         cols = [c for c in key if c in sub.columns]
@@ -287,6 +294,8 @@ def runs_chart(df: pd.DataFrame,      # a frame with `run`, `step` and `value` c
     the mean over its seeds with the interval over seeds and items; without such rows, the mean over the runs with
     Student's t interval (at least two runs), and a title that says each run is one pre-training seed."""
     import altair as alt
+    from nl_embryo.charts import step_axis
+    from nl_embryo.stats import t_interval
     if df.empty or not {'run', 'step', value} <= set(df.columns):
         raise NlEmbryoError(f"runs_chart needs rows with run, step and {value} columns", "pass the frame of analyze_runs, filtered to one quantity")
     pooled = df['n_seeds'] > 1 if 'n_seeds' in df else pd.Series(False, index=df.index)
@@ -338,6 +347,7 @@ def show_section(run,                               # a `Run`, a run folder or a
                 ) -> None:
     "Display the report section of analysis `name` in a notebook: heading, text, charts, tables."
     from IPython.display import Markdown, display
+    from nl_embryo.charts import use_theme
     use_theme()
     s = report_section(run, name, options)
     display(Markdown(f'## {s.title}'))

@@ -262,7 +262,7 @@ def script_pll(model,                    # a transformers `*ForMaskedLM` model (
                stride: int | None = None,# windows start every `stride` tokens; None: half the tokens a window holds besides its special ones
                progress: bool = False,   # show a progress bar
               ) -> pd.DataFrame:         # the tidy token frame, as `masked_pll` returns it
-    """SCRIPT's single-forward pseudo-log-likelihood (paper 004, eq. 7): `log sigmoid(logsumexp(logits_t))` for each token
+    """SCRIPT's single-forward pseudo-log-likelihood (Nijkamp et al. 2021, eq. 7): `log sigmoid(logsumexp(logits_t))` for each token
     of `sentences`, as the tidy token frame. A sentence longer than `window` positions is scored in windows, each token
     in the one where it has the most context on its shorter side (as `masked_pll`; one pass per window)."""
     if batch_size < 1: raise NlEmbryoError(f"batch_size must be at least 1, got {batch_size}", "use e.g. 32")

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from .objectives import MASK_ID, MASK_PROB, N_SPECIAL, EVAL_MASK_SPLIT, mask_tokens, masked_lm_logits, step_generator, eval_split_of
 from .registry import Analysis, register
+from .catalog import CATALOG
 from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError
@@ -24,13 +25,13 @@ from .corpora import load_corpus
 from .pretrain import eval_batches as first_batches
 
 # %% auto #0
-__all__ = ['SURGERIES', 'DEFAULT_SURGERIES', 'OUTLIER_RATIO', 'SURGERY', 'surgery_spec', 'surgery_name', 'parse_surgeries',
-           'masked_lm_losses', 'masked_lm_loss', 'masked_lm_loss_of', 'causal_lm_losses', 'surgery_checkpoint',
-           'surgery_check', 'surgery_data', 'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
+__all__ = ['SURGERIES', 'OUTLIER_RATIO', 'SURGERY', 'surgery_spec', 'surgery_name', 'parse_surgeries', 'masked_lm_losses',
+           'masked_lm_loss', 'masked_lm_loss_of', 'causal_lm_losses', 'surgery_checkpoint', 'surgery_check',
+           'surgery_data', 'surgery_panels', 'surgery_chart', 'surgery_charts', 'surgery_section']
 
 # %% ../nbs/09a_surgery.ipynb #87c9daec
 SURGERIES = {'identity': None, 'reverse': 'reverse_layers', 'shuffle': 'shuffle_embeddings'}
-DEFAULT_SURGERIES = ('identity', 'reverse', 'shuffle', 'clean:block1', 'remove:1')
+from .catalog import DEFAULT_SURGERIES   # ('identity', 'reverse', 'shuffle', 'clean:block1', 'remove:1'): the command line shows it
 
 def surgery_spec(name: str,  # a surgery name: `identity`, `reverse`, `shuffle`, `clean:COMPONENT`, `remove:N`, or a full intervention spec
                 ):           # None for `identity`, else a spec `apply_interventions` takes (a name, a dict or the spec text)
@@ -267,7 +268,7 @@ def surgery_section(run,          # the run (unused: the section is drawn from `
                    ) -> list:     # report parts: text, charts and a table of the changes per step
     "Surgery over time in a report: when each component becomes necessary."
     df = tables['surgery']
-    parts = ["At every analysed checkpoint a copy of the model is cut (paper 003's interventions) and measured against the "
+    parts = ["At every analysed checkpoint a copy of the model is cut (Zhang 2021's interventions) and measured against the "
              f"intact model of the same checkpoint: how much the held-out {'next-token' if (df.metric == 'clm_loss').any() else 'MLM'} loss rises, and how much a linear probe's "
              "accuracy on the last layer (part of speech) falls. A cut that costs nothing at step 0 and much later shows "
              "*when* the model came to depend on what it destroys.", surgery_chart(df)]
@@ -283,6 +284,4 @@ SURGERY = register(Analysis(
     data_options=('eval_batches', 'batch_size', 'probe', 'probe_words', 'seed'), shared_options=('seed',), key=('surgery', 'metric'),
     charts=surgery_charts, section=surgery_section, check=surgery_check, needs=('lm_head',), version=2,   # 2: the shuffle leaves the output bias alone
     canonical=lambda o: dict(o, surgeries=parse_surgeries(o['surgeries'])),   # Python's clean:layer.0 is recorded as the CLI's clean:block1
-    cli=dict(option='surgeries', metavar='CUTS', parse=parse_surgeries,
-             help=f"surgery over time: cut every checkpoint and measure the cost, e.g. reverse,shuffle,clean:block2 (blocks counted from 1 as the probes' layers; clean:layer.N, the Hugging Face module index from 0, is read as clean:block(N+1)) (default: {','.join(DEFAULT_SURGERIES[1:])})"),
-    description='surgery over time: what reversing, shuffling, re-initialising or removing costs at each checkpoint'), replace=True)
+    **CATALOG['surgery'].fields(parse=parse_surgeries)), replace=True)

@@ -13,12 +13,12 @@ import pandas as pd
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 
-from .charts import line_legend, step_axis, step_scale
 from .core import NlEmbryoError, atomic_write_bytes, get_device, atomic_write_json, cache_path, remove_stale_temps
 from .checkpoints import CHECKPOINT_MANIFEST, damaged_checkpoints, digest_problem, list_checkpoints
 from .sources import content_digest, model_files, read_source, trainer_metrics
-from .models import check_safetensors_weights, check_tokenizer_matches, is_causal, load_model, load_tokenizer, quiet_transformers
-from .objectives import EVAL_LOSSES, PLATEAU_MARGIN
+from .options import EVAL_LOSSES, PLATEAU_MARGIN
+# models (torch, transformers) and charts (Altair) are imported where a model is loaded or a chart drawn: listing a
+# timeline, verifying it and reading its tables need neither (`nl-embryo timeline` and `verify` stay light)
 
 # %% auto #0
 __all__ = ['EVAL_TEXT_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
@@ -111,7 +111,9 @@ class Run:
                 if home == g or g in home.parents:
                     raise NlEmbryoError(f"the analysis folder {self.home} is inside {g}, which nl_embryo did not create",
                                         "choose an --out folder outside the checkpoints (nothing is written into them)")
-            if self.single and not self.source.steps(): check_safetensors_weights(self.path)   # pickled weights alone: the conversion
+            if self.single and not self.source.steps():
+                from nl_embryo.models import check_safetensors_weights
+                check_safetensors_weights(self.path)   # pickled weights alone: the conversion
             if not self.source.steps():
                 notes = '; '.join(f"step {c.step}: {c.note}" for c in self.source.checkpoints.values()) or 'no checkpoint'
                 raise NlEmbryoError(f"{self.path} holds no checkpoint nl_embryo can load ({notes})",
@@ -206,6 +208,7 @@ def is_pair(self: Run,
 def is_causal(self: Run) -> bool:
     """Whether the run's model is a decoder-only causal LM (`nl_embryo.models.is_causal` of its last checkpoint's config;
     a run of nl_embryo whose checkpoints are not kept: of the architecture its `config.json` records; False without either)."""
+    from nl_embryo.models import is_causal
     if not self.steps(): return is_causal({'nl_embryo_arch': (self.config.get('config') or {}).get('arch')})   # False when none is recorded
     return not self.is_pair() and is_causal(self.model_config())
 
@@ -285,6 +288,7 @@ def tokenizer(self: Run,
     step = max(self.steps()) if step is None else step
     where = self.checkpoint(step) if self.source.owned else self.source.checkpoints[step].tokenizer
     if where is None: raise NlEmbryoError(f"checkpoint step {step} of {self.path} has no tokenizer files", "save the tokenizer (tokenizer.save_pretrained) into its folder")
+    from nl_embryo.models import load_tokenizer
     return load_tokenizer(where)
 
 # %% ../nbs/05_timeline.ipynb #a4137979
@@ -337,13 +341,14 @@ def check_tokenizer_fits(model,               # a transformers model or an `Elec
                          strict: bool = True, # the tokenizer must match exactly (a run nl_embryo wrote); False: it must only fit
                         ) -> None:
     "Raise `NlEmbryoError` when `tok` does not fit `model`: exactly (`strict`), or with no token id past the model's vocabulary."
-    if strict: return check_tokenizer_matches(model, tok)
+    if strict:
+        from nl_embryo.models import check_tokenizer_matches
+        return check_tokenizer_matches(model, tok)
     n = min(c.vocab_size for c in ([model.generator.config, model.discriminator.config] if hasattr(model, 'discriminator') else [model.config]))
     if len(tok) > n:
         raise NlEmbryoError(f"the tokenizer of {where} has {len(tok):,} tokens but the model only {n:,} embeddings: token ids {n:,} and up "
                             f"would index past its vocabulary", "load the tokenizer the model was trained with (save it into the checkpoint folder)")
     if len(tok) < 0.9 * n: warnings.warn(f"the tokenizer of {where} has {len(tok):,} tokens, the model {n:,}: is it the tokenizer the model was trained with?")
-
 
 # %% ../nbs/05_timeline.ipynb #a9ccd556
 @patch
@@ -373,6 +378,7 @@ def load(self: Run,
     read attention weights). `part` picks the generator or discriminator of an ELECTRA pair (default: discriminator);
     a model folder without an MLM head loads as its base encoder."""
     from safetensors import SafetensorError
+    from nl_embryo.models import load_model, load_tokenizer
     if part not in ('auto', 'generator', 'discriminator'): raise NlEmbryoError(f"unknown part {part!r}", "use auto, generator or discriminator")
     device = get_device(str(device)) if device is not None else get_device('cpu')      # a device this machine lacks is named before any load
     path = self.checkpoint(step, verify=True)
@@ -677,6 +683,7 @@ def training_curves_chart(metrics: pd.DataFrame,                # a run's metric
     panel draws the corpus' unigram entropy as a dashed line (`unigram_entropy`, else read off the metrics' eval rows):
     a loss above it is the unigram plateau."""
     import altair as alt
+    from nl_embryo.charts import line_legend, step_axis, step_scale
     if metrics.empty: raise NlEmbryoError("no metrics to plot", "train the run first (nl-embryo pretrain)")
     m = metrics[metrics['step'] > 0]
     value_cols = [c for c in m.columns if (c.endswith('_loss') or c.endswith('_acc') or c == 'loss') and m[c].notna().any()]

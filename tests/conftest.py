@@ -112,7 +112,7 @@ def require_browser():
 
 @pytest.fixture(scope='module')
 def browser():
-    "Debian's headless chromium driven by Playwright (DESIGN §7), one per test module."
+    "Debian's headless chromium driven by Playwright, one per test module."
     require_browser()
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:

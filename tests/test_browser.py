@@ -1,4 +1,4 @@
-"""Browser tests (DESIGN §7): Debian's headless Chromium driven by Playwright, talking to 127.0.0.1 and files only.
+"""Browser tests: Debian's headless Chromium driven by Playwright, talking to 127.0.0.1 and files only.
 
 (a) A chart saved by `save_chart` as self-contained HTML renders in the browser with no network: a non-empty canvas
     (vega-embed's default renderer) or SVG, no page error, and no request leaves the machine.

@@ -1,4 +1,4 @@
-"""The rendered docs site in a browser (DESIGN §7, issues 8 and 16): pages open from file:// in Debian's headless
+"""The rendered docs site in a browser (issues 8 and 16): pages open from file:// in Debian's headless
 Chromium, driven by Playwright, with every request that leaves the machine blocked and counted. Each page must load
 with no blocked and no failed request (MathJax and every script come from the site's own `_static/`), draw its
 charts, and show no page or console error. Search finds an API name and opens its anchor; the sidebar stays in view

@@ -100,3 +100,30 @@ def test_the_suites_schedules_name_files_that_exist():
     assert [k for k in nbtest.FIRST if not (nbs/k).is_file()] == []
     assert [k for k in FILE_SECONDS if not (tests/k).is_file()] == []
     assert list(nbtest.SECONDS.values()) == sorted(nbtest.SECONDS.values(), reverse=True)
+
+
+REFERENCES = {'Chiang and Lee 2020': 'chiang-lee-2020', 'Shao 2020': 'shao-2020', 'Chiang et al. 2020': 'chiang-et-al-2020',
+              'Zhang 2021': 'zhang-2021', 'Nijkamp et al. 2021': 'nijkamp-et-al-2021'}
+
+
+def test_the_papers_are_cited_by_name_and_linked_to_the_references_page():
+    "No text cites a design document the repository lacks or a paper by a file number; every citation in a page's prose links its entry."
+    root = PKG.parent
+    texts = [*root.glob('nbs/**/*.ipynb'), *root.glob('nl_embryo/*.py'), *root.glob('tests/*.py'), *root.glob('bench/*.py'),
+             *root.glob('tools/*'), root/'settings.ini', root/'README.md', root/'_quarto.yml']
+    stale = [f"{p.relative_to(root)}: {m.group(0)}" for p in texts if p.is_file() and '.ipynb_checkpoints' not in str(p)
+             for m in re.finditer(r'DESIGN §|\b[Pp]apers? 00[0-4]\b', p.read_text(encoding='utf-8', errors='replace')) if p.name != 'test_house.py']
+    assert not stale, stale[:10]
+    refs = (root/'nbs'/'references.ipynb').read_text(encoding='utf-8')
+    assert all(f'<a id=\\"{a}\\"></a>' in refs and f'## {n}' in refs for n, a in REFERENCES.items())
+    unlinked = []
+    for nb in root.glob('nbs/**/*.ipynb'):
+        if nb.name == 'references.ipynb' or '.ipynb_checkpoints' in str(nb): continue
+        rel = '../' * (len(nb.relative_to(root/'nbs').parts) - 1)
+        for cell in json.loads(nb.read_text(encoding='utf-8'))['cells']:
+            if cell['cell_type'] != 'markdown': continue
+            prose = ''.join(re.split(r'`[^`]*`', ''.join(cell['source']))[::2])          # outside code spans
+            for name, anchor in REFERENCES.items():
+                bare = prose.replace(f'[{name}]({rel}references.html#{anchor})', '')
+                if name in bare: unlinked.append(f"{nb.relative_to(root)}: {name}")
+    assert not unlinked, unlinked[:10]

@@ -91,7 +91,7 @@ def test_shared_embeddings_move_together(arch):
     assert m.generator.get_output_embeddings().weight[7, 0] == d.word_embeddings.weight[7, 0]
     assert count_parameters(m) < count_parameters(m.generator) + count_parameters(m.discriminator)
     assert copy.deepcopy(m).embeddings_shared()   # interventions copy models: sharing survives
-    # the generator is the discriminator scaled by 1/4 (paper 001 Table V)
+    # the generator is the discriminator scaled by 1/4 (Shao 2020 Table V)
     gc, dc = m.generator.config, m.discriminator.config
     assert (gc.hidden_size, gc.num_attention_heads, gc.intermediate_size) == (64, 1, 256)
     assert (dc.hidden_size, gc.num_hidden_layers, gc.embedding_size) == (256, dc.num_hidden_layers, dc.embedding_size)

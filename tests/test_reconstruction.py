@@ -87,7 +87,7 @@ def test_masking_protocol(monkeypatch, tok, small, copier, mask_fraction):
         assert (s[p] == tok.mask_token_id).all() and (s == tok.mask_token_id).sum() == len(p)
     w = small['words']
     n_words, n_targets = w.groupby('sent').size().to_numpy(), w.groupby('sent').target.sum().to_numpy()
-    # one masked word per copy by default (paper 002): one copy per target word; else ~mask_fraction of a sentence's words per copy
+    # one masked word per copy by default (Chiang et al. 2020): one copy per target word; else ~mask_fraction of a sentence's words per copy
     expected = sum(t if mask_fraction is None else int(np.ceil(t / max(1, round(0.15 * n)))) for n, t in zip(n_words, n_targets))
     assert len(copies) == expected
 

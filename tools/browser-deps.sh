@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the browser tests (tests/test_browser.py, DESIGN §7) need, installed when missing; safe to run again.
+# What the browser tests (tests/test_browser.py) need, installed when missing; safe to run again.
 #   - Debian's chromium + chromium-driver (Playwright cannot download a browser here: it drives /usr/bin/chromium)
 #   - Playwright (PyPI) and Pillow in .venv (pinned through constraints.txt like every install)
 # Then a smoke check: Playwright starts the headless Chromium and renders a page.

@@ -1,5 +1,5 @@
-"""Foreign first languages over 3 pre-training seeds at a CPU size: paper 003's foreign model on English (Tables 3 and
-5) and paper 000's code model adapted to English (§4.4).
+"""Foreign first languages over 3 pre-training seeds at a CPU size: Zhang 2021's foreign model on English (Tables 3 and
+5) and Chiang and Lee 2020's code model adapted to English (§4.4).
 
 The demo's recipe (demo_config: tiny2, sinusoidal positions, 900 steps, batch 32 x 64) pre-trains, with seeds 0, 1, 2,
 an English run (the runs of english-vs-none-cpu, pre-trained again: the recipe is deterministic), a Talmud run and a

@@ -1,4 +1,4 @@
-"""Paper 003's initialisation and depth interventions over 3 pre-training seeds at a CPU size: the oracle initialisation
+"""Zhang 2021's initialisation and depth interventions over 3 pre-training seeds at a CPU size: the oracle initialisation
 (every parameter tensor of the pre-trained model with its elements permuted, Table 6), random weights rescaled to the
 pre-trained statistics (variance or magnitude, §5.1) and the last half of the layers removed (Table 8), applied to the
 step-900 checkpoint of the demo's recipe (demo_config: tiny2, sinusoidal positions, 900 steps, 1.8M tokens of

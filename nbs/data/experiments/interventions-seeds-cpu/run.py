@@ -1,4 +1,4 @@
-"""Paper 003's interventions over 3 pre-training seeds at a CPU size: reversed layers, shuffled English word embeddings
+"""Zhang 2021's interventions over 3 pre-training seeds at a CPU size: reversed layers, shuffled English word embeddings
 and clean (re-initialised) word embeddings, applied to the step-900 checkpoint of the demo's recipe (demo_config:
 tiny2, sinusoidal positions, 900 steps, 1.8M tokens of English), pre-training seeds 0, 1, 2 (the runs of
 english-vs-none-cpu, pre-trained again: the recipe is deterministic). Each intervened model is fine-tuned on brown-pos

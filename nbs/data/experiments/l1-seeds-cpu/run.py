@@ -1,4 +1,4 @@
-"""English > nested-Zipf > random > no pre-training over 3 pre-training seeds (paper 000's main ordering at a CPU size).
+"""English > nested-Zipf > random > no pre-training over 3 pre-training seeds (Chiang and Lee 2020's main ordering at a CPU size).
 
 The nested-Zipf and random arms are pre-trained with the demo's recipe (demo_config: tiny2, sinusoidal positions,
 900 steps, 1.8M tokens), pre-training seeds 0, 1, 2, on their own corpus instead of English; both live in the English

@@ -1,6 +1,6 @@
-"""Paper 000's vocabulary orderings over 3 pre-training seeds at a CPU size: nested-Zipf > Zipf, Zipf > no
+"""Chiang and Lee 2020's vocabulary orderings over 3 pre-training seeds at a CPU size: nested-Zipf > Zipf, Zipf > no
 pre-training, nested-Zipf-5000 > nested-Zipf-50, and nested-Zipf-50 with its unused embedding rows substituted
-(paper 000 §4.3, "50-s") > nested-Zipf-50.
+(Chiang and Lee 2020 §4.3, "50-s") > nested-Zipf-50.
 
 The zipf, nested-zipf-50 and nested-zipf-5000 arms are pre-trained with the demo's recipe (demo_config: tiny2,
 sinusoidal positions, 900 steps, 1.8M tokens), pre-training seeds 0, 1, 2, on their own corpus; all three live in the

@@ -1,4 +1,4 @@
-"""Papers 001 and 004's objectives at equal training FLOPs over 3 pre-training seeds at a CPU size: ELECTRA, SCRIPT
+"""Shao 2020 and Nijkamp et al. 2021's objectives at equal training FLOPs over 3 pre-training seeds at a CPU size: ELECTRA, SCRIPT
 and ALE pre-trained with the demo's recipe (demo_config: tiny2, sinusoidal positions, batch 32 x 64, English), pre-training seeds 0, 1, 2, each for the steps that spend the training FLOPs of the demo BERT's 900
 steps (models.steps_for_equal_flops, analytic convention, at the recipe's masking rate). Each last checkpoint (the
 discriminator of a pair) is fine-tuned on brown-pos with fine-tuning seeds 0, 1, 2 (max_train 2000, max_eval 500,
