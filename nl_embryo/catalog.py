@@ -40,6 +40,7 @@ CATALOG: dict[str, AnalysisFace] = {f.name: f for f in [
     AnalysisFace('surgery', 'surgery over time: what reversing, shuffling, re-initialising or removing costs at each checkpoint', option='surgeries', metavar='CUTS',
                  help=f"surgery over time: cut every checkpoint and measure the cost, e.g. reverse,shuffle,clean:block2 (blocks counted from 1 as the "
                       f"probes' layers; clean:layer.N, the Hugging Face module index from 0, is read as clean:block(N+1)) (default: {','.join(DEFAULT_SURGERIES[1:])})"),
+    AnalysisFace('weights', 'the weights over time: per tensor group, norm, distance and cosine to the first and to the previous checkpoint'),
     AnalysisFace('finetune', 'fine-tuning of every checkpoint on downstream tasks (Chiang et al. 2020 §5); not run by default', default=False, option='tasks',
                  metavar='TASKS', help='fine-tune every checkpoint on these tasks (an unknown one is named with the tasks chapter\'s list)'),
 ]}
@@ -58,13 +59,16 @@ def analysis_faces() -> dict[str, AnalysisFace]:
 # %% ../nbs/05e_catalog.ipynb #de46e63c
 PLUGIN_GROUPS = ('nl_embryo.analyses', 'nl_embryo.architectures')   # the entry-point groups nl-embryo loads
 _LOADED: dict = {}   # entry point (group, name, value) -> None when loaded, else the error text
+_FOUND: dict = {}    # group -> its installed entry points, found once per process (scanning the installed packages takes ~40 ms a group)
 
-def load_plugins(quiet: bool = False,  # do not print the plug-ins that fail to load
+def load_plugins(quiet: bool = False,   # do not print the plug-ins that fail to load
+                 rescan: bool = False,  # look for installed entry points again (a package installed since)
                 ) -> dict[str, str | None]:  # 'group:name' -> None (loaded) or the error that stopped it
     "Import (once per process) the modules or register the objects named by the installed entry points of `PLUGIN_GROUPS`; failures are named, not raised."
     out = {}
     for group in PLUGIN_GROUPS:
-        for ep in metadata.entry_points(group=group):
+        if rescan or group not in _FOUND: _FOUND[group] = list(metadata.entry_points(group=group))
+        for ep in _FOUND[group]:
             key = (group, ep.name, ep.value)
             if key not in _LOADED:
                 try:

@@ -98,23 +98,27 @@ def _parse_steps(text: str | None) -> list[int] | None:
 # %% ../nbs/15_cli.ipynb #edbeba0c
 def _analyze(args):
     "`nl-embryo analyze`: the analyses the flags name (or every default one) over the run's checkpoints, through the one registry."
-    from nl_embryo.analysis import analyses, analyze
+    from nl_embryo.analysis import analyses
+    from nl_embryo.registry import analyze_many
     from nl_embryo.timeline import Run
     from nl_embryo.registry import seed_runs
     steps = _parse_steps(args.steps)            # bad input is named before anything is read
     if len(args.run) > 1 or seed_runs(args.run[0]): return _analyze_set(args, steps)
-    run = Run(args.run[0], out=args.out, eval_text=args.eval_text, follow_links=args.follow_links)
+    run = Run(args.run[0], out=args.out, eval_text=args.eval_text, follow_links=args.follow_links, branch=args.branch)
     if not run.source.owned: print(f"{run.path}: {run.source.kind}, {len(run.steps())} checkpoint(s); analyses -> {run.analysis_dir}")
     if run.eval_text: print(f"eval text: {run.eval_text['name']} ({run.eval_text['kind']}), {run.eval_text['n_tokens']:,} tokens, unigram entropy {run.eval_text['unigram_entropy']:.3f} nats per token")
     reg = analyses()
     chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
     if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
+    asked = {}
     for name, value in chosen.items():
         a = reg[name]
-        opts = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
-        t0 = time.perf_counter()
-        df = analyze(run, name, steps=steps, progress=not args.quiet, **opts)
-        if args.quiet: print(f"{name}: {len(df):,} rows -> {run.table_path(name)} ({time.perf_counter() - t0:.0f} s)")
+        asked[name] = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
+    t0 = time.perf_counter()                  # one pass over the checkpoints: each loaded once for every analysis asked
+    out = analyze_many(run, asked, steps=steps, progress=not args.quiet, skip_suspect=args.skip_suspect)
+    if args.quiet:
+        for name, df in out.items(): print(f"{name}: {len(df):,} rows -> {run.table_path(name)}")
+        print(f"{len(out)} analyses, {time.perf_counter() - t0:.0f} s")
 
 # %% ../nbs/15_cli.ipynb #56a04471
 def _analyze_set(args, steps):
@@ -124,7 +128,7 @@ def _analyze_set(args, steps):
     from nl_embryo.registry import analyze_runs, seed_runs
     from nl_embryo.timeline import Run
     paths = [p for x in args.run for p in (seed_runs(x) or [Path(x)])]
-    runs = [Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{Path(p).name}', eval_text=args.eval_text, follow_links=args.follow_links)
+    runs = [Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{Path(p).name}', eval_text=args.eval_text, follow_links=args.follow_links, branch=args.branch)
             for i, p in enumerate(paths)]
     reg = analyses()
     chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
@@ -133,7 +137,7 @@ def _analyze_set(args, steps):
     for name, value in chosen.items():
         a = reg[name]
         opts = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
-        df = analyze_runs(runs, name, steps=steps, progress=not args.quiet, **opts)
+        df = analyze_runs(runs, name, steps=steps, progress=not args.quiet, skip_suspect=args.skip_suspect, **opts)
         pooled = df[df['n_seeds'] > 1]
         where = ''
         if home is not None:
@@ -165,6 +169,9 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
                    'unigram plateau measure, a corpus of nl_embryo (its eval split, e.g. english) or a UTF-8 text file, tokenised with the '
                    "checkpoints' own tokenizer and recorded in the analysis folder (eval_text.json); ignored for nl_embryo's own runs")
     a.add_argument('--follow-links', action='store_true', help='for checkpoints nl_embryo did not write: read through links that lead out of the folder (a suite of your own whose folders are links to another disk); without it such a checkpoint is refused')
+    a.add_argument('--branch', default=None, metavar='NAME', help='of a suite with several branches (stage2-ingredient1, seed0 ... in its names): the one to analyse')
+    a.add_argument('--skip-suspect', action='store_true', help='leave out the checkpoints the integrity check names (identical, duplicated, mixed or '
+                   'misplaced weights: nl-embryo timeline --check); without it they are analysed and marked (the tables\' suspect column)')
     a.add_argument('--quiet', action='store_true', help='no progress bars')
     a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
     a.set_defaults(func=_analyze)
@@ -173,7 +180,14 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
 def _timeline(args):
     "`nl-embryo timeline PATH`: what a path holds, before anything runs."
     from nl_embryo.timeline import Run
-    run = Run(args.path, out=args.out, follow_links=args.follow_links)
+    from nl_embryo.sources import read_source
+    whole = read_source(args.path, follow_links=args.follow_links, branch=args.branch)
+    if whole.branch is None:                  # a suite of several branches: every checkpoint of every branch, then how to pick one
+        print(f"{whole.path}: {whole.kind} with {len(whole.branches)} branches, each counting its own steps")
+        print(whole.table().drop(columns='skipped').to_string(index=False))
+        for n in whole.notes: print(f"  note: {n}")
+        return
+    run = Run(args.path, out=args.out, follow_links=args.follow_links, branch=args.branch)
     src = run.source
     print(f"{run.path}: {src.kind}{' (nl_embryo run)' if src.owned else ''}; {len(run.steps())} checkpoint(s) to analyse")
     if src.owned:
@@ -187,6 +201,12 @@ def _timeline(args):
         print(f"training metrics: {src.trainer_state or 'none recorded'}")
         if not args.no_record: run.record_listing()
     print(f"analyses -> {run.analysis_dir}")
+    if args.no_record and not args.check: return
+    anomalies = run.integrity(progress=not args.no_record)
+    print(f"integrity of {len(run.steps())} checkpoint(s) (identical, duplicated, mixed and misplaced steps, from their weights' bytes): "
+          + (f"{len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'}" if len(anomalies) else "none found"))
+    for r in anomalies.itertuples(): print(f"  {r.kind}: {r.detail}")
+    if args.check and len(anomalies): sys.exit(1)
 
 def _add_timeline(sub):
     "`nl-embryo timeline`: list a timeline's checkpoints (steps, folders, weights, model class, tokens, what is skipped)."
@@ -198,7 +218,9 @@ def _add_timeline(sub):
                                    'that changes later is caught.', allow_abbrev=False)
     t.add_argument('path', metavar='PATH', help='the timeline')
     t.add_argument('--out', default=None, metavar='DIR', help='the analysis folder to use for it (default: printed)')
-    t.add_argument('--no-record', action='store_true', help="do not hash the checkpoints' weights now (they are hashed when first analysed)")
+    t.add_argument('--no-record', action='store_true', help="do not hash the checkpoints' weights now (they are hashed when first analysed); no integrity check either")
+    t.add_argument('--branch', default=None, metavar='NAME', help='of a suite with several branches (stage2-ingredient1, seed0 ... in its names): the one to read')
+    t.add_argument('--check', action='store_true', help='check the integrity of the checkpoints and exit with status 1 when any anomaly is found (0: none)')
     t.add_argument('--follow-links', action='store_true', help='for checkpoints nl_embryo did not write: read through links that lead out of the folder (a suite of your own whose folders are links to another disk); without it such a checkpoint is refused')
     t.set_defaults(func=_timeline)
 

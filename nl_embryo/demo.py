@@ -13,6 +13,7 @@ import pandas as pd
 
 from .analysis import analyses   # the built-in analyses, registered: their tables, charts and phase marks
 from .analysis import analyses as registry, analyze   # `registry`: run_analyses has a parameter `analyses`
+from .registry import analyze_many
 from .core import NlEmbryoError, atomic_write_text
 from .pretrain import PretrainConfig, holds_run, pretrain
 from .timeline import PHASE_COLUMNS, Run, eval_rows, as_run, unigram_entropy_of
@@ -79,9 +80,7 @@ def run_analyses(run_dir,                    # the run folder (or a `Run`)
     names = [n for n, a in reg.items() if a.default] if analyses is None else list(analyses)
     if unknown := [n for n in names if n not in reg]:
         raise NlEmbryoError(f"unknown analysis {unknown}", f"choose from {', '.join(reg)}")
-    frames = {}
-    for name in names: frames[name] = analyze(run_dir, name, steps=steps, progress=progress)
-    return frames
+    return analyze_many(run_dir, names, steps=steps, progress=progress)     # one pass: each checkpoint loaded once for all of them
 
 # %% ../nbs/17_demo.ipynb #781d5ded
 def report_notebook(run_dir,  # the run folder

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .core import NlEmbryoError
-from .architectures import N_SPECIAL, SPECIAL_TOKENS
+from .architectures import N_SPECIAL, SPECIAL_IDS, SPECIAL_TOKENS
 from .options import (EVAL_LOSSES, EVAL_MASK_SPLIT, LEGACY_EVAL_SPLIT, MASK_PROB, MASK_SPLIT, PLATEAU_MARGIN, eval_split_of,
                                format_mask_split, parse_mask_split)
 from .models import lm_head, mlm_head, split_mlm_head
@@ -19,7 +19,7 @@ __all__ = ['PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'OBJECTIVES', 'ste
            'electra_objective', 'linear_logsumexp', 'script_log_z', 'script_objective', 'clm_objective']
 
 # %% ../nbs/04a_objectives.ipynb #c2c9bf18
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(N_SPECIAL)
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = (SPECIAL_IDS[k] for k in ('pad', 'unk', 'cls', 'sep', 'mask'))   # the one table's ids
 
 def step_generator(seed: int,           # the run's seed
                    step: int,           # the training step (its numbers are the same whenever the step is replayed)

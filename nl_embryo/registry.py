@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 
 from .core import NlEmbryoError, get_device
-from .timeline import PHASE_DETECTORS, Run, fingerprint, options_key
+from .timeline import PHASE_DETECTORS, MapTask, Run, fingerprint, options_key
 from .catalog import REGISTRARS, load_plugins
 # stats (scipy), charts (Altair) and models (torch, transformers) are imported where they are used: a plug-in that
 # registers an analysis, and the command line that lists it, import this module without them
 
 # %% auto #0
 __all__ = ['ANALYSES', 'NEEDS', 'SEED_DIR', 'Analysis', 'register', 'get_analysis', 'check_needs', 'part_for', 'analysis_tables',
-           'analyze', 'seed_runs', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'runs_chart', 'Section',
-           'report_section', 'show_section']
+           'analyze_many', 'analyze', 'seed_runs', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs',
+           'runs_chart', 'Section', 'report_section', 'show_section']
 
 # %% ../nbs/05b_registry.ipynb #2e639d8e
 @dataclass
@@ -97,7 +97,7 @@ def get_analysis(name,  # a registered analysis's name, or an `Analysis` (return
     if name not in ANALYSES: load_plugins(quiet=True)   # an installed plug-in registers it on import
     if name not in ANALYSES:
         raise NlEmbryoError(f"unknown analysis {name!r}", f"choose from: {', '.join(ANALYSES)} (import nl_embryo.analysis to register the "
-                            "built-in ones: probes, reconstruction, attention, knowledge, surgery, finetune)")
+                            "built-in ones: probes, reconstruction, attention, knowledge, surgery, weights, finetune)")
     return ANALYSES[name]
 
 # %% ../nbs/05b_registry.ipynb #adc57b84
@@ -156,21 +156,10 @@ def analysis_tables(run,                               # a `Run`, a run folder o
         if len(df): out[t] = df
     return out
 
-# %% ../nbs/05b_registry.ipynb #7429b1fe
-def analyze(run,                        # a `Run`, a run folder or a model folder
-            name,                       # the analysis: a registered name or an `Analysis`
-            steps=None,                 # the checkpoint steps (an int or a list); None: all
-            progress: bool = True,      # show progress bars over the checkpoints and a closing line with the row count and time
-            charts: bool = True,        # redraw and save the analysis's charts (and its other files) from the updated tables
-            device=None,                # the torch device to run on, e.g. 'cpu' or 'cuda'; None: CUDA when available, else the CPU
-            data=None,                  # your own list of data, one `Run.map` each (None: the analysis's data function builds it)
-            **options,                  # the analysis's options that replace its defaults (`Analysis.defaults`; other names are refused)
-           ) -> pd.DataFrame:           # the main table's new rows (these steps and options), with `options`, `lo` and `hi` columns
-    """Run the analysis `name` (or an `Analysis`) over `steps` of `run` (default: all) with its default options updated
-    by `options`; add the rows to the run's tables (see above), redraw its charts, and return the main table's rows
-    for these steps and options. `data`: your own list of data instead of what the analysis's data function builds
-    (its fingerprint joins the options)."""
-    run, a = Run.coerce(run), get_analysis(name)
+# %% ../nbs/05b_registry.ipynb #91f43177
+def _prepare(run: Run, name, data, options: dict):
+    "The analysis, its full options, its list of data, its part and the options its checkpoint function takes."
+    a = get_analysis(name)
     opts = a.options(**options)
     check_needs(tuple(dict.fromkeys((*a.needs, 'checkpoints'))), run, a.name)   # every analysis maps over checkpoints
     if a.check: a.check(run)
@@ -178,27 +167,102 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
     else: opts = dict(opts, data=fingerprint(data))
     part = a.part(run) if callable(a.part) else part_for(a.needs, run) if a.part == 'auto' else a.part
     kw = {k: v for k, v in opts.items() if (k not in a.data_options or k in a.shared_options) and k != 'data'}
-    from nl_embryo.models import quiet_transformers
+    return a, opts, list(data), part, kw
+
+def _mark_suspect(chart, suspect: list):
+    "A chart whose subtitle names the suspect checkpoints it shows (unchanged without any)."
+    if not suspect: return chart
+    import altair as alt
+    title = chart.title if isinstance(chart.title, str) else getattr(chart.title, 'text', '') if chart.title is not alt.Undefined else ''
+    sub = (f"suspect checkpoint(s) at step {', '.join(map(str, suspect))}: identical, duplicated, mixed or misplaced weights "
+           "(nl-embryo timeline --check); marked in the tables' suspect column")
+    try: return chart.properties(title=alt.TitleParams(text=title or '', subtitle=sub))
+    except Exception: return chart                   # a chart kind that takes no title keeps its own
+
+def _finish(run: Run, a: Analysis, opts: dict, frames: list, charts: bool, suspect: list) -> pd.DataFrame:
+    "Write the rows of one analysis into its tables (marking suspect steps), redraw its charts; the main table's new rows."
     from nl_embryo.stats import interval_columns
     from nl_embryo.charts import save_chart
-    t0 = time.perf_counter()
-    with quiet_transformers():
-        frames = [run.map(a.checkpoint, d, steps=steps, progress=progress, eager=a.eager, part=part, device=str(get_device(device)),
-                          cache_tag=a.version, **kw) for d in data]
     new = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
     key = a.key_of(opts)
     new.insert(1, 'options', key)
     parts = {t: interval_columns(df) for t, df in (a.tables(new) if a.tables else {a.name: new}).items()}   # every table has lo, hi
+    for df in parts.values():
+        if 'step' in df: df['suspect'] = df['step'].isin(suspect)
     with run.analysis_lock():
         tables = {}
         for t, df in parts.items():
             merged = run.update_table(t, df, key=('options', 'step', *a.key))
             tables[t] = merged[merged['options'] == key].reset_index(drop=True)
     if charts and a.charts:
-        for cname, chart in a.charts(tables).items(): save_chart(chart, run.chart_path(cname))
+        shown = sorted({int(s) for df in tables.values() if 'step' in df for s in df['step']} & set(suspect))
+        for cname, chart in a.charts(tables).items(): save_chart(_mark_suspect(chart, shown), run.chart_path(cname))
     if charts and a.files: a.files(run, tables)
-    if progress: print(f"{a.name}: {new['step'].nunique()} step(s), {len(new):,} rows -> {run.table_path(a.name)} ({time.perf_counter() - t0:.0f} s)")
     return parts[a.name].reset_index(drop=True)
+
+# %% ../nbs/05b_registry.ipynb #44da5be2
+def analyze_many(run,                       # a `Run`, a run folder or a model folder
+                 names,                     # the analyses: a list of names, `Analysis`es or (name, options) pairs, or {name: options}
+                 steps=None,                # the checkpoint steps (an int or a list); None: all
+                 progress: bool = True,     # one progress bar over the checkpoints, the anomalies found, and a line per analysis
+                 charts: bool = True,       # redraw and save each analysis's charts (and its other files)
+                 device=None,               # the torch device; None: CUDA when available, else the CPU
+                 skip_suspect: bool = False,  # leave out the steps the integrity check names (identical, duplicated, mixed, misplaced)
+                 data: dict | None = None,  # {name: your own list of data} for some of the analyses
+                ) -> dict[str, pd.DataFrame]:  # {name: its main table's new rows}
+    """Run several analyses over the run's checkpoints in **one pass**: each checkpoint is loaded once for all of them
+    (`Run.map_many`). The timeline's integrity is checked first (`Run.integrity`): the anomalies are printed, recorded in
+    the analysis folder (table `integrity`), the affected steps marked in every table (`suspect`) and chart (a subtitle),
+    and left out with `skip_suspect`."""
+    run = Run.coerce(run)
+    items = list(names.items()) if isinstance(names, dict) else [n if isinstance(n, tuple) else (n, {}) for n in names]
+    plans = {}
+    for n, o in items:
+        p = _prepare(run, n, (data or {}).get(getattr(n, 'name', n)), dict(o or {})); plans[p[0].name] = p
+    anomalies = run.integrity()
+    with run.analysis_lock(): run.write_table('integrity', anomalies)
+    suspect = sorted({int(s) for s in anomalies['step'].dropna()})
+    if len(anomalies):
+        print(f"{run.path}: {len(anomalies)} integrity anomal{'y' if len(anomalies) == 1 else 'ies'} (nl-embryo timeline --check):")
+        for r in anomalies.itertuples(): print(f"  {r.kind}: {r.detail}")
+    steps = run._steps_asked(steps)
+    if skip_suspect and (left := [s for s in steps if s in suspect]):
+        steps = [s for s in steps if s not in suspect]
+        print(f"leaving out the suspect step(s) {', '.join(map(str, left))} (--skip-suspect)")
+        if not steps: raise NlEmbryoError("every step asked for is suspect", "analyse without --skip-suspect, or fix the timeline")
+    elif suspect: print(f"suspect step(s) {', '.join(map(str, suspect))} are analysed and marked (suspect column); --skip-suspect leaves them out")
+    tasks, owner = [], []
+    for n, (a, opts, ds, part, kw) in plans.items():
+        for d in ds: tasks.append(MapTask(a.checkpoint, d, a.eager, part, a.version, kw)); owner.append(n)
+    t0 = time.perf_counter()
+    from nl_embryo.models import quiet_transformers
+    with quiet_transformers():
+        frames = run.map_many(tasks, steps=steps, progress=progress, device=str(get_device(device)), desc=', '.join(plans))
+    out = {}
+    for n, (a, opts, *_) in plans.items():
+        out[n] = _finish(run, a, opts, [f for f, o in zip(frames, owner) if o == n], charts, suspect)
+        if progress: print(f"{n}: {out[n]['step'].nunique()} step(s), {len(out[n]):,} rows -> {run.table_path(n)}")
+    if progress: print(f"{len(plans)} analys{'i' if len(plans) == 1 else 'e'}s over {len(steps)} checkpoint(s), each loaded once: {time.perf_counter() - t0:.0f} s")
+    return out
+
+# %% ../nbs/05b_registry.ipynb #f618aadb
+def analyze(run,                        # a `Run`, a run folder or a model folder
+            name,                       # the analysis: a registered name or an `Analysis`
+            steps=None,                 # the checkpoint steps (an int or a list); None: all
+            progress: bool = True,      # show progress bars over the checkpoints and a closing line with the row count and time
+            charts: bool = True,        # redraw and save the analysis's charts (and its other files) from the updated tables
+            device=None,                # the torch device to run on, e.g. 'cpu' or 'cuda'; None: CUDA when available, else the CPU
+            data=None,                  # your own list of data, one `Run.map` each (None: the analysis's data function builds it)
+            skip_suspect: bool = False, # leave out the steps the integrity check names
+            **options,                  # the analysis's options that replace its defaults (`Analysis.defaults`; other names are refused)
+           ) -> pd.DataFrame:           # the main table's new rows (these steps and options), with `options`, `lo`, `hi` and `suspect` columns
+    """Run the analysis `name` (or an `Analysis`) over `steps` of `run` (default: all) with its default options updated
+    by `options`; add the rows to the run's tables (see above), redraw its charts, and return the main table's rows
+    for these steps and options. `data`: your own list of data instead of what the analysis's data function builds
+    (its fingerprint joins the options). Several analyses in one pass: `analyze_many`."""
+    a = get_analysis(name)
+    return analyze_many(run, [(a, options)], steps=steps, progress=progress, charts=charts, device=device, skip_suspect=skip_suspect,
+                        data=None if data is None else {a.name: data})[a.name]
 
 # %% ../nbs/05b_registry.ipynb #d3cee55d
 SEED_DIR = re.compile(r'seed(\d+)')   # the name of a seed's run folder under the folder `pretrain_seeds` writes
@@ -272,13 +336,14 @@ def analyze_runs(runs,                 # a dict {label: run}, a list of runs (`R
                  name,                 # the analysis: a registered name or an `Analysis`
                  steps=None,           # the steps of every run (None: each run's own)
                  progress: bool = True,  # progress bars and a line per run
+                 skip_suspect: bool = False,  # leave out each run's suspect steps (its integrity check's)
                  **options,            # the analysis's options, the same for every run
                 ) -> pd.DataFrame:     # every run's main-table rows (`run` first, `n_seeds` 1), then a row per group of seeds and row key
     """Run analysis `name` over each run with the same options; one tidy frame with a `run` column (each run keeps its
     own tables and cache), and a row per group of seeds of one configuration with the interval over seeds and items."""
     labelled, frames = run_labels(runs), []
     for label, run in labelled.items():
-        df = analyze(run, name, steps=steps, progress=progress, **options)
+        df = analyze(run, name, steps=steps, progress=progress, skip_suspect=skip_suspect, **options)
         frames.append(df.assign(run=label, n_seeds=1)[['run', *df.columns, 'n_seeds']])
     if not frames: return pd.DataFrame(columns=['run', 'step', 'n_seeds'])
     out = pd.concat(frames, ignore_index=True)

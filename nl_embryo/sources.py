@@ -13,9 +13,10 @@ import pandas as pd
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['STEP_NAME_RE', 'WEIGHT_FILES', 'PICKLE_SUFFIXES', 'TOKENIZER_FILES', 'CUSTOM_CODE_FIX', 'MAX_HASHED_BYTES',
-           'parse_step_name', 'Checkpoint', 'inside', 'leaves_folder', 'custom_code', 'model_files',
-           'safetensors_problem', 'describe_checkpoint', 'Source', 'read_source', 'trainer_metrics', 'content_digest']
+__all__ = ['STEP_NAME_RE', 'BRANCH_RE', 'WEIGHT_FILES', 'PICKLE_SUFFIXES', 'TOKENIZER_FILES', 'CUSTOM_CODE_FIX',
+           'PYTHIA_TOKENS_PER_STEP', 'MAX_HASHED_BYTES', 'parse_step_name', 'branch_of', 'Checkpoint', 'inside',
+           'leaves_folder', 'custom_code', 'model_files', 'safetensors_problem', 'describe_checkpoint', 'Source',
+           'read_source', 'trainer_metrics', 'content_digest']
 
 # %% ../nbs/04d_sources.ipynb #efba8338
 _MULT = {'': 1, 'k': 10**3, 'm': 10**6, 'b': 10**9, 'g': 10**9, 't': 10**12}
@@ -30,6 +31,14 @@ def parse_step_name(name: str,  # a folder or revision name, e.g. 'step_20k', 'c
     step = round(float(m[1]) * _MULT[m[2].lower()])
     tokens = round(float(m[3]) * _MULT[m[4].lower()]) if m[3] else None
     return step, tokens
+
+# %% ../nbs/04d_sources.ipynb #31c61b21
+BRANCH_RE = re.compile(r'(?:^|[-_./])(stage|ingredient|seed)[-_]?(\d+)(?=$|[-_./])', re.I)
+
+def branch_of(name: str,  # a folder or revision name
+             ) -> str:    # its branch labels joined by '-', e.g. 'stage2-ingredient1' or 'seed0'; '' when it names none
+    "The branch a checkpoint's name gives besides its step: its stage, data-mix ingredient and seed labels, in order."
+    return '-'.join(f"{m[1].lower()}{int(m[2])}" for m in BRANCH_RE.finditer(name))
 
 # %% ../nbs/04d_sources.ipynb #ef1e2a5c
 WEIGHT_FILES = ('model.safetensors', 'model.safetensors.index.json')
@@ -46,6 +55,7 @@ class Checkpoint:
     model_class: str = ''       # the model class its config.json names
     tokenizer: Path | None = None  # the folder its tokenizer is read from (the checkpoint's own, or the source's)
     note: str = ''              # why it is skipped, when it is
+    branch: str = ''            # the branch of a suite it belongs to (`branch_of` its name: 'stage2-ingredient1', 'seed0'); '' when the suite has one
 
     @property
     def usable(self) -> bool: return self.weights == 'safetensors'
@@ -171,6 +181,8 @@ class Source:
     trainer_state: Path | None = None           # the `trainer_state.json` whose `log_history` is the run's metrics
     notes: list = field(default_factory=list)   # what was skipped in the folder and why
     root: Path | None = None                    # the folder nothing is read outside of (None: links are followed, `follow_links`)
+    branches: dict = field(default_factory=dict)  # {branch: {step: Checkpoint}}: every listed checkpoint of every branch ({'': ...} for one)
+    branch: str | None = ''                     # the branch `checkpoints` holds; None: the suite has several and none was chosen
 
     @property
     def owned(self) -> bool:
@@ -182,11 +194,12 @@ class Source:
         return sorted(s for s, c in self.checkpoints.items() if c.usable)
 
     def table(self) -> pd.DataFrame:
-        "One row per listed checkpoint: step, tokens, folder, weights, model class, tokenizer and why it is skipped."
-        return pd.DataFrame([dict(step=c.step, tokens=c.tokens, folder=str(c.path), weights=c.weights, model_class=c.model_class,
+        "One row per listed checkpoint of every branch: branch, step, tokens, folder, weights, model class, tokenizer and why it is skipped."
+        every = [c for b in (self.branches or {'': self.checkpoints}).values() for c in b.values()]
+        return pd.DataFrame([dict(branch=c.branch, step=c.step, tokens=c.tokens, folder=str(c.path), weights=c.weights, model_class=c.model_class,
                                   tokenizer='own' if c.tokenizer == c.path else str(c.tokenizer) if c.tokenizer else 'none',
-                                  skipped=c.note) for c in sorted(self.checkpoints.values(), key=lambda c: c.step)],
-                            columns=['step', 'tokens', 'folder', 'weights', 'model_class', 'tokenizer', 'skipped'])
+                                  skipped=c.note) for c in sorted(every, key=lambda c: (c.branch, c.step))],
+                            columns=['branch', 'step', 'tokens', 'folder', 'weights', 'model_class', 'tokenizer', 'skipped'])
 
 # %% ../nbs/04d_sources.ipynb #c539e4e0
 def _has_tokenizer(p: Path, root: Path | None = None) -> bool:
@@ -194,30 +207,43 @@ def _has_tokenizer(p: Path, root: Path | None = None) -> bool:
     present = [p/f for f in TOKENIZER_FILES if (p/f).exists()]
     return bool(present) and (root is None or all(inside(f, root) for f in present)) and custom_code(p) is None
 
-def _step_children(path: Path) -> dict[int, tuple[Path, int | None]]:
+def _step_children(path: Path) -> dict[tuple[str, int], tuple[Path, int | None]]:
+    "The step-named folders of `path`, by (branch, step)."
     out, seen = {}, {}
     for p in sorted(path.iterdir()):
         if not p.is_dir() or p.name.startswith('.'): continue
         parsed = parse_step_name(p.name)
         if parsed is None: continue
-        step, tokens = parsed
-        if step in out: raise NlEmbryoError(f"{path} holds two folders for step {step}: {seen[step]} and {p.name}",
-                                            "keep one, or list the folders you mean in a mapping file (step,path)")
-        out[step], seen[step] = (p, tokens), p.name
+        key = (branch_of(p.name), parsed[0])
+        if key in out: raise NlEmbryoError(f"{path} holds two folders for step {key[1]}{' of branch ' + key[0] if key[0] else ''}: {seen[key]} and {p.name}",
+                                           "keep one, or list the folders you mean in a mapping file (step,path)")
+        out[key], seen[key] = (p, parsed[1]), p.name
     return out
 
-def _from_children(path: Path, children: dict, root: Path | None) -> Source:
-    tok = path if _has_tokenizer(path, root) else None
-    cks = {s: describe_checkpoint(s, p, t, None, root) for s, (p, t) in children.items()}
-    if tok is None:     # the newest checkpoint that has a tokenizer (and is not refused) lends it to those without
-        tok = next((c.path for s, c in sorted(cks.items(), reverse=True) if c.weights != 'refused' and _has_tokenizer(c.path, root)), None)
-    for c in cks.values():
-        if c.tokenizer is None and c.weights != 'refused': c.tokenizer = tok
+def _from_children(path: Path, children: dict, root: Path | None, branch: str | None = None) -> Source:
+    "A Source of step-named folders {(branch, step): (folder, tokens)}: every branch listed; `branch` (or the only one) is the timeline."
+    by = {}
+    for (b, s), (p, t) in sorted(children.items()): by.setdefault(b, {})[s] = (p, t)
+    if branch is not None and branch not in by:
+        raise NlEmbryoError(f"{path} has no branch {branch!r}", f"choose one of: {', '.join(repr(b) for b in by)}")
+    chosen = branch if branch is not None else next(iter(by)) if len(by) == 1 else None
+    lender = path if _has_tokenizer(path, root) else None
+    branches = {}
+    for b, kids in by.items():
+        cks = {s: describe_checkpoint(s, p, t, None, root) for s, (p, t) in kids.items()}
+        tok = lender or next((c.path for s, c in sorted(cks.items(), reverse=True) if c.weights != 'refused' and _has_tokenizer(c.path, root)), None)
+        for c in cks.values():
+            c.branch = b
+            if c.tokenizer is None and c.weights != 'refused': c.tokenizer = tok   # the newest checkpoint with a tokenizer lends it to those without
+        branches[b] = cks
+    cks = branches.get(chosen, {}) if chosen is not None else {}
     states = [c.path/'trainer_state.json' for s, c in sorted(cks.items()) if c.weights != 'refused' and (c.path/'trainer_state.json').is_file()]
-    trainer = bool(states) and all(p.name.startswith('checkpoint-') for p, _ in children.values())
-    return Source(path, 'trainer' if trainer else 'step folders', cks, states[-1] if states else None, root=root)
+    trainer = bool(states) and all(c.path.name.startswith('checkpoint-') for c in cks.values())
+    notes = [] if chosen is not None else [f"{len(by)} branches, each counting its own steps: {', '.join(f'{b!r} ({len(k)} checkpoints)' for b, k in by.items())}; "
+                                           f"analyse one with --branch NAME (Run(path, branch=NAME))"]
+    return Source(path, 'trainer' if trainer else 'step folders', cks, states[-1] if states else None, notes, root=root, branches=branches, branch=chosen)
 
-# %% ../nbs/04d_sources.ipynb #abc9cba8
+# %% ../nbs/04d_sources.ipynb #e85e204e
 def _read_mapping(path: Path, follow_links: bool = False) -> Source:
     """A mapping file: JSON (`{step: folder}`, or a list of {step, path, tokens}) or CSV/TSV with columns step, path[, tokens].
     A folder named by a relative path must lie in the file's own folder (no `../` out of it); one elsewhere is named by its
@@ -250,9 +276,12 @@ def _read_mapping(path: Path, follow_links: bool = False) -> Source:
     return Source(path, 'mapping', cks, next((c.path/'trainer_state.json' for s, c in sorted(cks.items(), reverse=True)
                                               if c.weights != 'refused' and (c.path/'trainer_state.json').is_file()), None), root=None if follow_links else here)
 
+# %% ../nbs/04d_sources.ipynb #c769b791
 _COMMIT_RE = re.compile(r'^[0-9a-f]{7,64}$')
 
-def _read_hub_cache(path: Path, follow_links: bool = False) -> Source:
+PYTHIA_TOKENS_PER_STEP = 2_097_152   # Pythia's batch: 1,024 sequences of 2,048 tokens a step (Biderman et al. 2023)
+
+def _read_hub_cache(path: Path, follow_links: bool = False, branch: str | None = None) -> Source:
     """A hub-cache repository folder (`models--ORG--NAME`): each `refs/<revision>` whose name is a step names a snapshot
     (a commit id: a ref holding anything else, a path say, is skipped with a note). Nothing outside the repository folder is read."""
     children, notes = {}, []
@@ -266,15 +295,21 @@ def _read_hub_cache(path: Path, follow_links: bool = False) -> Source:
         if not _COMMIT_RE.match(commit): notes.append(f"revision {ref.name!r}: its ref holds {commit[:60]!r}, not a commit id"); continue
         snap = path/'snapshots'/commit
         if not snap.is_dir(): notes.append(f"revision {ref.name!r}: snapshot {commit} is not in the cache"); continue
-        children[parsed[0]] = (snap, parsed[1])
+        key = (branch_of(ref.name), parsed[0])
+        if key in children:
+            notes.append(f"revision {ref.name!r}: step {key[1]}{' of ' + key[0] if key[0] else ''} has another revision too ({children[key][0].name[:12]}); the first in name order is read")
+            continue
+        tokens = parsed[1] if parsed[1] is not None else (parsed[0] * PYTHIA_TOKENS_PER_STEP if 'pythia' in path.name.lower() else None)
+        children[key] = (snap, tokens)
     if not children: raise NlEmbryoError(f"{path} is a hub cache with no step revision in refs/ ({'; '.join(notes) or 'refs/ is empty'})",
                                          "download the step revisions you want (revision='step1000', ...) while online, then read the cache offline")
-    s = _from_children(path, children, root); s.kind = 'hub cache'; s.notes += notes
+    s = _from_children(path, children, root, branch); s.kind = 'hub cache'; s.notes = notes + s.notes
     return s
 
 # %% ../nbs/04d_sources.ipynb #c330e295
 def read_source(path,  # a run folder, a Trainer output folder, a folder of step folders, a hub-cache repository, a mapping file or a model folder
                 follow_links: bool = False,  # read through links that leave the folder (a suite of your own on another disk); False: a checkpoint with one is refused
+                branch: str | None = None,   # of a suite with several branches (stages, data mixes, seeds in its names): the one to read as the timeline
                ) -> Source:  # what it holds
     """Read `path` as a timeline (nothing loaded, nothing written): its kind and its checkpoints with their real steps.
     Nothing outside `path` is read (`leaves_folder`): a checkpoint with a link out of it is listed as refused."""
@@ -285,14 +320,14 @@ def read_source(path,  # a run folder, a Trainer output folder, a folder of step
         raise NlEmbryoError(f"{path} is a file, not a timeline", "pass a folder, or a mapping file (.csv, .tsv or .json: step,path[,tokens])")
     if not path.is_dir(): raise NlEmbryoError(f"{path} is neither a folder nor a file", "pass a run folder, a checkpoint folder or suite, or a mapping file")
     if (path/'checkpoints').is_dir(): return Source(path, 'nl_embryo', root=Path(os.path.realpath(path)))
-    if (path/'refs').is_dir() and (path/'snapshots').is_dir(): return _read_hub_cache(path, follow_links)
+    if (path/'refs').is_dir() and (path/'snapshots').is_dir(): return _read_hub_cache(path, follow_links, branch)
     repos = sorted(p for p in path.glob('models--*') if (p/'refs').is_dir())
     if repos:      # a hub cache root: one repository is read, several must be chosen from
-        if len(repos) == 1: return _read_hub_cache(repos[0], follow_links)
+        if len(repos) == 1: return _read_hub_cache(repos[0], follow_links, branch)
         raise NlEmbryoError(f"{path} is a hub cache of {len(repos)} repositories", f"pass one of them: {', '.join(p.name for p in repos[:6])}")
     root = None if follow_links else Path(os.path.realpath(path))
     children = _step_children(path)
-    if children: return _from_children(path, children, root)
+    if children: return _from_children(path, children, root, branch)
     if (path/'config.json').exists():
         step, tokens = parse_step_name(path.name) or (0, None)
         ck = describe_checkpoint(step, path, tokens, None, root)

@@ -4,7 +4,8 @@
 
 # %% ../nbs/05_timeline.ipynb #e3ac9417
 from __future__ import annotations
-import contextlib, gc, hashlib, inspect, io, json, warnings
+import contextlib, ctypes, gc, hashlib, inspect, io, json, sys, warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -22,8 +23,8 @@ from .options import EVAL_LOSSES, PLATEAU_MARGIN
 
 # %% auto #0
 __all__ = ['EVAL_TEXT_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
-           'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'as_run', 'eval_rows',
-           'first_clearing', 'clearing_hold', 'unigram_entropy_of', 'training_curves_chart']
+           'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'MapTask', 'as_run',
+           'eval_rows', 'first_clearing', 'clearing_hold', 'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -77,6 +78,19 @@ def default_analysis_home(path,  # a timeline source nl_embryo did not write
     path = Path(path).expanduser().resolve()
     return cache_path('timelines', f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}")
 
+# %% ../nbs/05_timeline.ipynb #69472f99
+def _read_timeline(path, follow_links: bool, branch) -> tuple[Path, 'Source']:
+    "What `Run` reads: the path (checked) and its source; a suite of several branches must name one."
+    if not isinstance(path, (str, Path)) and not hasattr(path, '__fspath__'):
+        raise NlEmbryoError(f"Run() takes the path of a timeline, not {type(path).__name__} {path!r}", "pass a run folder, a checkpoint folder or suite, or a mapping file, e.g. Run('runs/demo')")
+    path = Path(path).expanduser()
+    if not path.exists(): raise NlEmbryoError(f"no run at {path}", "pass a run folder written by nl-embryo pretrain, a checkpoint folder or suite, or a mapping file")
+    source = read_source(path, follow_links=follow_links, branch=branch)
+    if source.branch is None:
+        raise NlEmbryoError(f"{path} holds {len(source.branches)} branches, each counting its own steps: {', '.join(repr(b) for b in source.branches)}",
+                            "pick one: --branch NAME (Run(path, branch=NAME)); nl-embryo timeline PATH lists every checkpoint of every branch")
+    return path, source
+
 # %% ../nbs/05_timeline.ipynb #044535e5
 class Run:
     """A checkpoint timeline, read where it is: nl_embryo's own run folder, a Trainer output folder, a folder of step
@@ -88,12 +102,9 @@ class Run:
                  out=None,    # the folder the analyses of a source nl_embryo did not write go to (None: `default_analysis_home(path)`); ignored for its own runs
                  eval_text=None,  # for a source nl_embryo did not write: the held-out text to measure it on, a corpus of `CORPORA` (its eval split) or a text file, recorded in `OUT/eval_text.json` (None: the one recorded there, if any); ignored for its own runs (their corpus' eval split)
                  follow_links: bool = False,  # for a source nl_embryo did not write: read through links that leave its folder (a suite of your own); False: a checkpoint with one is refused
+                 branch: str | None = None,   # of a suite with several branches (stages, data mixes, seeds): the one to read (None: the only one)
                 ):
-        if not isinstance(path, (str, Path)) and not hasattr(path, '__fspath__'):
-            raise NlEmbryoError(f"Run() takes the path of a timeline, not {type(path).__name__} {path!r}", "pass a run folder, a checkpoint folder or suite, or a mapping file, e.g. Run('runs/demo')")
-        self.path = Path(path).expanduser()
-        if not self.path.exists(): raise NlEmbryoError(f"no run at {self.path}", "pass a run folder written by nl-embryo pretrain, a checkpoint folder or suite, or a mapping file")
-        self.source = read_source(self.path, follow_links=follow_links)
+        self.path, self.source = _read_timeline(path, follow_links, branch)
         self.single = self.source.kind == 'model'
         self.eval_text = None     # what `record_eval_text` recorded, for a source nl_embryo did not write
         if self.source.owned:
@@ -222,6 +233,16 @@ def _content_id(path: Path) -> str:
                                         for p in model_files(path) for st in [p.stat()]))
     if (digest := _CONTENT_IDS.get(ident)) is None: digest = _CONTENT_IDS[ident] = content_digest(path)
     return digest
+
+# %% ../nbs/05_timeline.ipynb #1d9bb193
+@patch
+def integrity(self: Run,
+              progress: bool = False,  # a progress bar over the checkpoints
+             ) -> pd.DataFrame:        # one row per anomaly: kind, step, other, what, detail (empty: none found)
+    "The anomalies of the timeline's own checkpoints (`nl_embryo.integrity.integrity_table`), its digests kept in the analysis folder."
+    from nl_embryo.integrity import DigestCache, integrity_table
+    cks = {s: (self.checkpoint(s) if self.source.owned else self.source.checkpoints[s].path) for s in self.steps()}
+    return integrity_table(cks, DigestCache(self.home/'analysis'), manifests=self.source.owned, progress=progress)
 
 # %% ../nbs/05_timeline.ipynb #a7d20e3a
 @patch
@@ -438,6 +459,8 @@ def has_table(self: Run,
     "Whether `analysis/<name>.parquet` exists."
     return self.table_path(name).exists()
 
+Run._skip = frozenset()   # the steps `Run.phases` leaves out of every table while its detectors read them (suspect ones)
+
 @patch
 def table(self: Run,
           name: str,                          # the table's name, e.g. 'probes'
@@ -447,6 +470,7 @@ def table(self: Run,
     p = self.table_path(name)
     if not p.exists(): return pd.DataFrame()
     df = pd.read_parquet(p)
+    if self._skip and 'step' in df.columns: df = df[~df['step'].isin(self._skip)].reset_index(drop=True)   # inside `phases`: suspect steps left out
     if options is not None and 'options' in df:
         df = df[df['options'] == (options if isinstance(options, str) else options_key(options))].reset_index(drop=True)
     return df
@@ -519,12 +543,103 @@ def _needs_collection(model) -> bool:
     params = list(model.parameters()) if hasattr(model, 'parameters') else []
     return any(p.device.type != 'cpu' for p in params[:1]) or sum(p.numel() * p.element_size() for p in params) >= GC_MODEL_BYTES
 
-# %% ../nbs/05_timeline.ipynb #e1a05788
+_LIBC = []   # glibc, once looked up ([None] elsewhere)
+
+def _release(big: bool) -> None:
+    """Give a checkpoint's memory back once the analyses are done with it: a full collection for a large model (see
+    above), then, with glibc, the freed heap returned to the system (`malloc_trim`): without it, the heap of a pass over
+    44 tiny checkpoints grew 3 MB a checkpoint, freed but fragmented."""
+    if big: gc.collect()
+    if not _LIBC:
+        try: _LIBC.append(ctypes.CDLL('libc.so.6') if sys.platform.startswith('linux') else None)
+        except OSError: _LIBC.append(None)
+    if _LIBC[0] is not None: _LIBC[0].malloc_trim(0)
+
+# %% ../nbs/05_timeline.ipynb #27a81909
 _CLEANED: set = set()   # the analysis folders cleaned of stale temporary files in this process
 
+@dataclass
+class MapTask:
+    "One analysis function over the checkpoints, as `Run.map_many` takes it (the arguments of `Run.map`)."
+    fn: Callable                 # `fn(model, tokenizer, data, **options) -> DataFrame` (and `step=` when it declares that parameter)
+    data: object = None          # what `fn` is asked about, passed as it is; part of the cache key
+    eager: bool = False          # needs eager attention (to read attention weights); part of the cache key
+    part: str = 'auto'           # which half of an ELECTRA pair: 'generator', 'discriminator' ('auto': the discriminator); part of the cache key
+    cache_tag: object = None     # an extra part of the cache key (e.g. the analysis's version number)
+    options: dict = field(default_factory=dict)  # more keyword arguments of `fn`; part of the cache key
+
+    def key(self) -> str:
+        return analysis_key(self.fn, self.data, dict(self.options, eager=self.eager, part=self.part, **({'cache_tag': self.cache_tag} if self.cache_tag is not None else {})))
+
+    def wants_step(self) -> bool:
+        try: return 'step' in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError): return False
+
+@patch
+def _steps_asked(self: Run, steps) -> list[int]:
+    "`steps` (an int, a list, '0,16' or None: all) checked against the run's checkpoints."
+    all_steps = self.steps()
+    try:
+        if isinstance(steps, str): steps = [int(s) for s in steps.replace(' ', '').split(',') if s]       # '0,16', as the command line writes them
+        steps = all_steps if steps is None else [int(steps)] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
+    except (TypeError, ValueError):
+        raise NlEmbryoError(f"steps={steps!r} is not a step or a list of steps", f"pass an int, a list of ints or None (all); this run has {', '.join(map(str, all_steps))}") from None
+    missing = [s for s in steps if s not in all_steps]
+    for s in missing: self.checkpoint(s)          # a damaged one is named, with the fix
+    if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
+    return steps
+
+# %% ../nbs/05_timeline.ipynb #a3e2de3c
+@patch
+def map_many(self: Run,
+             tasks: list,                # `MapTask`s: the analysis functions to apply to every checkpoint
+             steps: int | list | None = None,  # the checkpoint steps: an int, a list of ints, or None for all that verify
+             cache: bool = True,         # read and write the per-step cache (False: compute every step afresh and store nothing)
+             progress: bool = True,      # one progress bar over the checkpoints, with the time left
+             device: str = 'cpu',        # the torch device the checkpoints are loaded on; not part of the cache key
+             desc: str | None = None,    # the progress bar's label (None: the functions' names)
+            ) -> list[pd.DataFrame]:     # per task, the rows of every step with a `step` column first
+    """Apply every task to each checkpoint, **loading each checkpoint once** per part of a pair for all the tasks that
+    are not cached: those with `eager` attention run after the others, on the same model switched to eager attention.
+    A task's function must not change the model it is given (an intervention works on a copy). Cached per task and step
+    as `Run.map` is."""
+    for t in tasks:
+        if not callable(t.fn): raise NlEmbryoError(f"Run.map needs an analysis function, not {type(t.fn).__name__} {t.fn!r}", "pass fn(model, tokenizer, data, **options) -> DataFrame")
+    steps = self._steps_asked(steps)
+    folders = [self.cache_dir(t.key()) for t in tasks]
+    if cache and str(self.analysis_dir) not in _CLEANED:          # what killed writes left, once per process
+        remove_stale_temps(self.analysis_dir); _CLEANED.add(str(self.analysis_dir))
+    frames = [[] for _ in tasks]
+    label = desc or ', '.join(dict.fromkeys(getattr(t.fn, '__name__', 'analysis') for t in tasks))
+    for s in tqdm(steps, desc=label, disable=not progress, unit='ckpt'):
+        files = [folder/f"step{s}-{self._checkpoint_id(s)}.parquet" for folder in folders]
+        todo = []
+        for i, (t, f) in enumerate(zip(tasks, files)):
+            if cache and f.exists(): frames[i].append(f)       # read back at the end: the loop holds no results in memory
+            else: todo.append(i)
+        for part in dict.fromkeys(tasks[i].part for i in todo):            # each part of the checkpoint loaded once
+            mine = sorted((i for i in todo if tasks[i].part == part), key=lambda i: tasks[i].eager)
+            model, tok = self.load(s, eager=all(tasks[i].eager for i in mine), device=device, part=part)
+            big = _needs_collection(model)
+            for i in mine:
+                t = tasks[i]
+                if t.eager and getattr(model.config, '_attn_implementation', 'eager') != 'eager': model.set_attn_implementation('eager')
+                df = t.fn(model, tok, t.data, **t.options, **({'step': s} if t.wants_step() else {}))
+                model.eval()
+                if not isinstance(df, pd.DataFrame): raise NlEmbryoError(f"analysis {getattr(t.fn, '__name__', t.fn)} returned {type(df).__name__}, not a DataFrame", "return a tidy pandas DataFrame")
+                df = df.copy(); df.insert(0, 'step', s)
+                if cache:
+                    buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(files[i], buf.getvalue()); df = files[i]
+                frames[i].append(df)
+            del model, tok
+            _release(big)           # the memory of this checkpoint back before the next one loads
+    return [pd.concat([pd.read_parquet(x) if isinstance(x, Path) else x for x in f], ignore_index=True) if f else pd.DataFrame(columns=['step'])
+            for f in frames]
+
+# %% ../nbs/05_timeline.ipynb #f7da3090
 @patch
 def map(self: Run,
-        fn: Callable,               # the analysis, `fn(model, tokenizer, data, **options) -> DataFrame`, called once per checkpoint
+        fn: Callable,               # the analysis, `fn(model, tokenizer, data, **options) -> DataFrame`, called once per checkpoint (with `step=` when it declares that parameter)
         data: object = None,        # what `fn` is asked about (eval blocks, a probing task, sentences...), passed to it as it is; part of the cache key
         steps: int | list | None = None,  # the checkpoint steps: an int, a list of ints, or None for all that verify
         cache: bool = True,         # read and write the per-step cache (False: compute every step afresh and store nothing)
@@ -537,37 +652,8 @@ def map(self: Run,
        ) -> pd.DataFrame:           # the rows of every step, with a `step` column first
     """Apply `fn(model, tokenizer, data, **options) -> DataFrame` to each checkpoint in `steps` (default all); a tidy
     frame with a `step` column. Each step's result is cached on disk, keyed by `fn` (its source), `data`, `options`
-    and `cache_tag` (e.g. a version number) and the checkpoint's files."""
-    if not callable(fn): raise NlEmbryoError(f"Run.map needs an analysis function, not {type(fn).__name__} {fn!r}", "pass fn(model, tokenizer, data, **options) -> DataFrame")
-    all_steps = self.steps()
-    try:
-        if isinstance(steps, str): steps = [int(s) for s in steps.replace(' ', '').split(',') if s]       # '0,16', as the command line writes them
-        steps = all_steps if steps is None else [int(steps)] if isinstance(steps, (int, np.integer)) else [int(s) for s in steps]
-    except (TypeError, ValueError):
-        raise NlEmbryoError(f"steps={steps!r} is not a step or a list of steps", f"pass an int, a list of ints or None (all); this run has {', '.join(map(str, all_steps))}") from None
-    missing = [s for s in steps if s not in all_steps]
-    for s in missing: self.checkpoint(s)          # a damaged one is named, with the fix
-    if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
-    key = analysis_key(fn, data, dict(options, eager=eager, part=part, **({'cache_tag': cache_tag} if cache_tag is not None else {})))
-    folder = self.cache_dir(key)
-    if cache and str(self.analysis_dir) not in _CLEANED:          # what killed writes left, once per process
-        remove_stale_temps(self.analysis_dir); _CLEANED.add(str(self.analysis_dir))
-    frames = []
-    for s in tqdm(steps, desc=getattr(fn, '__name__', 'analysis'), disable=not progress, unit='ckpt'):
-        f = folder/f"step{s}-{self._checkpoint_id(s)}.parquet"
-        if cache and f.exists():
-            frames.append(pd.read_parquet(f)); continue
-        model, tok = self.load(s, eager=eager, device=device, part=part)
-        big = _needs_collection(model)
-        df = fn(model, tok, data, **options)
-        del model
-        if big: gc.collect()    # free a large model before the next one loads (reference counting frees a small one)
-        if not isinstance(df, pd.DataFrame): raise NlEmbryoError(f"analysis {getattr(fn, '__name__', fn)} returned {type(df).__name__}, not a DataFrame", "return a tidy pandas DataFrame")
-        df = df.copy(); df.insert(0, 'step', s)
-        if cache:
-            buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write_bytes(f, buf.getvalue())
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
+    and `cache_tag` (e.g. a version number) and the checkpoint's files. (`map_many`: several functions, each checkpoint loaded once.)"""
+    return self.map_many([MapTask(fn, data, eager, part, cache_tag, options)], steps, cache=cache, progress=progress, device=device)[0]
 
 # %% ../nbs/05_timeline.ipynb #25c6020b
 def as_run(run,  # a `Run` (returned as it is), a run folder or a model folder
@@ -654,6 +740,13 @@ def _plateau_exit(run) -> list[dict]:
 # %% ../nbs/05_timeline.ipynb #10da4d73
 PHASE_DETECTORS: list = [_plateau_exit]   # functions `Run -> phase rows`; `nl_embryo.registry.register` appends the analyses' own
 
+# %% ../nbs/05_timeline.ipynb #1d7458ca
+@patch
+def suspect_steps(self: Run) -> list[int]:
+    "The steps the last integrity check of `analyze` recorded as suspect (table `integrity`); [] when none, or not checked yet."
+    t = self.table('integrity')
+    return sorted({int(s) for s in t['step'].dropna()}) if len(t) and 'step' in t.columns else []
+
 # %% ../nbs/05_timeline.ipynb #e5e37521
 @patch
 def phases(self: Run) -> pd.DataFrame:
@@ -664,8 +757,14 @@ def phases(self: Run) -> pd.DataFrame:
     the corpus' unigram entropy), and the
     onsets of every registered analysis that declares a phase detector (`Analysis.phases`: attention entropy
     dropping, the first previous- and next-token heads, mask prediction per part of speech; `import nl_embryo.analysis`
-    registers the built-in ones). A phase not reached has no step and says so in `detail`."""
-    d = pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
+    registers the built-in ones). A phase not reached has no step and says so in `detail`. The steps the integrity check
+    recorded as suspect (`suspect_steps`) are left out of every table the detectors read, and `detail` says so."""
+    sus = self.suspect_steps()
+    self._skip = frozenset(sus)          # no detector takes a suspect step as a baseline or an onset
+    try: d = pd.DataFrame([r for detect in PHASE_DETECTORS for r in detect(self)], columns=PHASE_COLUMNS)
+    finally: self._skip = frozenset()
+    if sus: d['detail'] = [f"{t}; suspect step(s) {', '.join(map(str, sus))} left out (identical, duplicated, mixed or misplaced "
+                           "weights: nl-embryo timeline --check)" for t in d['detail']]
     d = d.astype({'held_to': float, 'fell_back': float, 'sustained': float})      # steps, NaN where none (as `step`)
     fell = d['fell_back'].notna() & d['held_to'].notna()
     d.loc[fell, 'detail'] = [f"{t}; it fell back: the interval no longer cleared at step {int(f)} (it held to step {int(h)})"

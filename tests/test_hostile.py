@@ -104,6 +104,7 @@ def run_in_terminal(args, answer: bytes = b'y\n', timeout=240) -> tuple[int, str
             if not chunk: break
             out += chunk
             if b'[y/N]' in chunk: os.write(fd, answer)
+    os.close(fd)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), out.decode(errors='replace')
 
