@@ -98,7 +98,7 @@ class DigestCache:
             try: atomic_write_json(self.file, self.entries); self.dirty = False
             except OSError: pass
 
-# %% ../nbs/05f_integrity.ipynb #a53e1147
+# %% ../nbs/05f_integrity.ipynb #d7ebc27a
 MISPLACED_MARGIN = 0.25   # a step is misplaced when its distance from the start lies this share outside its neighbours' (see above)
 
 def misplaced_steps(d0: dict,                        # {step: distance of its weights from the first checkpoint's}, e.g. token embeddings' L2
@@ -121,7 +121,7 @@ def misplaced_steps(d0: dict,                        # {step: distance of its we
         left.remove(i)
     return rows
 
-# %% ../nbs/05f_integrity.ipynb #bbb41f97
+# %% ../nbs/05f_integrity.ipynb #5f7e6efa
 def _weights(folder: Path) -> list[Path]:
     return [p for p in model_files(folder) if p.suffix == '.safetensors' and not p.name.startswith('optimizer')]
 
@@ -177,7 +177,7 @@ def embedding_distances(checkpoints: dict,  # {step: model folder}
             out[s] = kept[key] = float(np.linalg.norm(read_tensor(*at[s][:2]) - first)); cache.embedding_reads += 1; cache.dirty = True
     return out
 
-# %% ../nbs/05f_integrity.ipynb #92b4f4a8
+# %% ../nbs/05f_integrity.ipynb #e0af6178
 def integrity_table(checkpoints: dict,  # {step: model folder}, the usable checkpoints of a timeline
                     cache: DigestCache | None = None,  # where digests are kept (None: in memory)
                     manifests: bool = False,  # the folders have nl_embryo manifests: file digests are read from them

@@ -156,7 +156,7 @@ def analysis_tables(run,                               # a `Run`, a run folder o
         if len(df): out[t] = df
     return out
 
-# %% ../nbs/05b_registry.ipynb #91f43177
+# %% ../nbs/05b_registry.ipynb #0913cf1a
 def _prepare(run: Run, name, data, options: dict):
     "The analysis, its full options, its list of data, its part and the options its checkpoint function takes."
     a = get_analysis(name)
@@ -200,7 +200,7 @@ def _finish(run: Run, a: Analysis, opts: dict, frames: list, charts: bool, suspe
     if charts and a.files: a.files(run, tables)
     return parts[a.name].reset_index(drop=True)
 
-# %% ../nbs/05b_registry.ipynb #44da5be2
+# %% ../nbs/05b_registry.ipynb #d2d721ee
 def analyze_many(run,                       # a `Run`, a run folder or a model folder
                  names,                     # the analyses: a list of names, `Analysis`es or (name, options) pairs, or {name: options}
                  steps=None,                # the checkpoint steps (an int or a list); None: all
@@ -245,7 +245,7 @@ def analyze_many(run,                       # a `Run`, a run folder or a model f
     if progress: print(f"{len(plans)} analys{'i' if len(plans) == 1 else 'e'}s over {len(steps)} checkpoint(s), each loaded once: {time.perf_counter() - t0:.0f} s")
     return out
 
-# %% ../nbs/05b_registry.ipynb #f618aadb
+# %% ../nbs/05b_registry.ipynb #b06f383f
 def analyze(run,                        # a `Run`, a run folder or a model folder
             name,                       # the analysis: a registered name or an `Analysis`
             steps=None,                 # the checkpoint steps (an int or a list); None: all

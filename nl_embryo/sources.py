@@ -243,7 +243,7 @@ def _from_children(path: Path, children: dict, root: Path | None, branch: str | 
                                            f"analyse one with --branch NAME (Run(path, branch=NAME))"]
     return Source(path, 'trainer' if trainer else 'step folders', cks, states[-1] if states else None, notes, root=root, branches=branches, branch=chosen)
 
-# %% ../nbs/04d_sources.ipynb #e85e204e
+# %% ../nbs/04d_sources.ipynb #20658b76
 def _read_mapping(path: Path, follow_links: bool = False) -> Source:
     """A mapping file: JSON (`{step: folder}`, or a list of {step, path, tokens}) or CSV/TSV with columns step, path[, tokens].
     A folder named by a relative path must lie in the file's own folder (no `../` out of it); one elsewhere is named by its
@@ -276,7 +276,7 @@ def _read_mapping(path: Path, follow_links: bool = False) -> Source:
     return Source(path, 'mapping', cks, next((c.path/'trainer_state.json' for s, c in sorted(cks.items(), reverse=True)
                                               if c.weights != 'refused' and (c.path/'trainer_state.json').is_file()), None), root=None if follow_links else here)
 
-# %% ../nbs/04d_sources.ipynb #c769b791
+# %% ../nbs/04d_sources.ipynb #7295f3df
 _COMMIT_RE = re.compile(r'^[0-9a-f]{7,64}$')
 
 PYTHIA_TOKENS_PER_STEP = 2_097_152   # Pythia's batch: 1,024 sequences of 2,048 tokens a step (Biderman et al. 2023)

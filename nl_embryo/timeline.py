@@ -555,7 +555,7 @@ def _release(big: bool) -> None:
         except OSError: _LIBC.append(None)
     if _LIBC[0] is not None: _LIBC[0].malloc_trim(0)
 
-# %% ../nbs/05_timeline.ipynb #27a81909
+# %% ../nbs/05_timeline.ipynb #cefbbe7a
 _CLEANED: set = set()   # the analysis folders cleaned of stale temporary files in this process
 
 @dataclass
@@ -589,7 +589,7 @@ def _steps_asked(self: Run, steps) -> list[int]:
     if missing: raise NlEmbryoError(f"{self.path} has no checkpoint at step(s) {missing}", f"choose from: {', '.join(map(str, all_steps))}")
     return steps
 
-# %% ../nbs/05_timeline.ipynb #a3e2de3c
+# %% ../nbs/05_timeline.ipynb #6a9f7108
 @patch
 def map_many(self: Run,
              tasks: list,                # `MapTask`s: the analysis functions to apply to every checkpoint
@@ -636,7 +636,7 @@ def map_many(self: Run,
     return [pd.concat([pd.read_parquet(x) if isinstance(x, Path) else x for x in f], ignore_index=True) if f else pd.DataFrame(columns=['step'])
             for f in frames]
 
-# %% ../nbs/05_timeline.ipynb #f7da3090
+# %% ../nbs/05_timeline.ipynb #8d6267e6
 @patch
 def map(self: Run,
         fn: Callable,               # the analysis, `fn(model, tokenizer, data, **options) -> DataFrame`, called once per checkpoint (with `step=` when it declares that parameter)
@@ -740,7 +740,7 @@ def _plateau_exit(run) -> list[dict]:
 # %% ../nbs/05_timeline.ipynb #10da4d73
 PHASE_DETECTORS: list = [_plateau_exit]   # functions `Run -> phase rows`; `nl_embryo.registry.register` appends the analyses' own
 
-# %% ../nbs/05_timeline.ipynb #1d7458ca
+# %% ../nbs/05_timeline.ipynb #a56f3ecb
 @patch
 def suspect_steps(self: Run) -> list[int]:
     "The steps the last integrity check of `analyze` recorded as suspect (table `integrity`); [] when none, or not checked yet."
