@@ -115,7 +115,8 @@ def _analyze(args):
         a = reg[name]
         asked[name] = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
     t0 = time.perf_counter()                  # one pass over the checkpoints: each loaded once for every analysis asked
-    out = analyze_many(run, asked, steps=steps, progress=not args.quiet, skip_suspect=args.skip_suspect)
+    out = analyze_many(run, asked, steps=steps, progress=not args.quiet, skip_suspect=args.skip_suspect, strict=args.strict)
+    if len(out) < len(asked): print(f"{len(out)} of {len(asked)} analyses ran; not run: {', '.join(n for n in asked if n not in out)} (the reasons above)")
     if args.quiet:
         for name, df in out.items(): print(f"{name}: {len(df):,} rows -> {run.table_path(name)}")
         print(f"{len(out)} analyses, {time.perf_counter() - t0:.0f} s")
@@ -172,6 +173,7 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
     a.add_argument('--branch', default=None, metavar='NAME', help='of a suite with several branches (stage2-ingredient1, seed0 ... in its names): the one to analyse')
     a.add_argument('--skip-suspect', action='store_true', help='leave out the checkpoints the integrity check names (identical, duplicated, mixed or '
                    'misplaced weights: nl-embryo timeline --check); without it they are analysed and marked (the tables\' suspect column)')
+    a.add_argument('--strict', action='store_true', help='stop at the first analysis that cannot run on this timeline (default: name it in one line, run the others, and fail only when none can run)')
     a.add_argument('--quiet', action='store_true', help='no progress bars')
     a.epilog = 'With no analysis flag: ' + ' '.join(f'--{n}' for n, an in reg.items() if an.default) + '.'
     a.set_defaults(func=_analyze)

@@ -145,8 +145,17 @@ def _manifest(folder: Path) -> dict:
     try: return {k: v['sha256'][:16] for k, v in json.loads((folder/'manifest.json').read_text())['files'].items()}
     except (OSError, ValueError, KeyError, TypeError): return {}
 
-def _embedding_at(folder: Path) -> tuple | None:
-    "(file, tensor name, shape) of a checkpoint's token embeddings, from the headers alone; None when there is none."
+def _embedding_at(folder: Path, cache: DigestCache | None = None) -> tuple | None:
+    """(file, tensor name, shape) of a checkpoint's token embeddings, from the headers alone (kept in `cache` by the weight
+    files' sizes and modification times, so a second listing opens none); None when there is none."""
+    sig = json.dumps([(str(p.absolute()), st.st_size, st.st_mtime_ns) for p in _weights(folder) for st in [p.stat()]])
+    kept = cache.entries.setdefault('_embeddings', {}) if cache is not None else {}
+    if sig in kept: return (Path(kept[sig][0]), kept[sig][1], tuple(kept[sig][2])) if kept[sig] else None
+    found = _find_embedding(folder)
+    if cache is not None: kept[sig] = [str(found[0]), found[1], list(found[2])] if found else None; cache.dirty = True
+    return found
+
+def _find_embedding(folder: Path) -> tuple | None:
     index = {}; where = {}
     for p in _weights(folder):
         for k, v in tensor_index(p).items(): index[k] = v; where[k] = p
@@ -154,6 +163,7 @@ def _embedding_at(folder: Path) -> tuple | None:
     k = embedding_key(index, cfg.get('vocab_size'), cfg.get('model_type'))
     return (where[k], k, tuple(index[k][3])) if k else None
 
+# %% ../nbs/05f_integrity.ipynb #6b86410a
 def embedding_distances(checkpoints: dict,  # {step: model folder}
                         steps: list | None = None,  # the steps to measure (None: all), the first one the origin
                         cache: DigestCache | None = None,  # where the distances are kept, by the two tensors' digests (None: in memory)
@@ -163,7 +173,7 @@ def embedding_distances(checkpoints: dict,  # {step: model folder}
     steps = sorted(checkpoints) if steps is None else list(steps)
     if not steps: return {}
     cache = cache or DigestCache()
-    at = {s: _embedding_at(Path(checkpoints[s])) for s in steps}
+    at = {s: _embedding_at(Path(checkpoints[s]), cache) for s in steps}
     if any(a is None or a[2] != at[steps[0]][2] for a in at.values()): return {}
     digest = {s: cache.tensors(f)[k] for s, (f, k, _) in at.items()}
     kept = cache.entries.setdefault('_distances', {})

@@ -23,10 +23,10 @@ from .timeline import Run, fingerprint
 from .corpora import CORPORA, CorpusSpec, put_between, register_corpus
 
 # %% auto #0
-__all__ = ['RELATIONS', 'ISO_639_1', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries', 'single_token_counts',
-           'train_byte_bpe', 'knowledge_checkpoint', 'answer_prior', 'knowledge_scores', 'split_facts',
-           'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_split', 'knowledge_predictions',
-           'knowledge_chart', 'knowledge_charts', 'top_predictions_table', 'knowledge_section']
+__all__ = ['RELATIONS', 'ISO_639_1', 'DEGENERATE_PRIOR', 'KNOWLEDGE', 'Relation', 'load_facts', 'fact_queries',
+           'single_token_counts', 'train_byte_bpe', 'knowledge_checkpoint', 'answer_prior', 'knowledge_scores',
+           'split_facts', 'fact_sentences', 'inject_facts', 'knowledge_data', 'knowledge_split', 'degenerate_prior',
+           'knowledge_predictions', 'knowledge_chart', 'knowledge_charts', 'top_predictions_table', 'knowledge_section']
 
 # %% ../nbs/12_knowledge.ipynb #26c8bda8
 @dataclass(frozen=True)
@@ -417,7 +417,20 @@ def knowledge_split(rows: pd.DataFrame,  # the probe's rows over the checkpoints
     options = rows['options'].iloc[0]
     scores = knowledge_scores(rows.drop(columns=['options']))
     scores.insert(1, 'options', options)
+    if said := degenerate_prior(scores): warnings.warn(said, stacklevel=2)
     return dict(knowledge=scores, knowledge_predictions=rows)
+
+DEGENERATE_PRIOR = 0.9   # a relation whose most frequent answer alone gets this P@1 measures no knowledge
+
+def degenerate_prior(scores: pd.DataFrame,  # a knowledge scores table (`knowledge_scores`)
+                    ) -> str:               # a warning naming the relations whose answer prior scores at least `DEGENERATE_PRIOR`; '' when none
+    "The warning for relations that the answer prior alone answers (a small vocabulary leaves a few one-piece answers): their P@1 says nothing."
+    p = scores[(scores['metric'] == 'prior_p@1') & (scores['relation'] != 'mean')].groupby('relation').agg(value=('value', 'max'), n=('n', 'max'))
+    bad = p[p['value'] >= DEGENERATE_PRIOR]
+    if bad.empty: return ''
+    return (f"knowledge: the answer prior alone (always the most frequent answer) scores P@1 >= {DEGENERATE_PRIOR} on "
+            + ', '.join(f"{r} ({v:.2f} over {n} queries)" for r, v, n in zip(bad.index, bad['value'], bad['n']))
+            + ": their P@1 measures no knowledge (the tokenizer leaves few one-piece answers); read them against the dashed prior line, or use a larger vocabulary")
 
 # %% ../nbs/12_knowledge.ipynb #dbe41d59
 def knowledge_predictions(run,                                # a `Run` or a run folder
@@ -499,7 +512,7 @@ def knowledge_section(run,           # the run (unused)
              "every analysed checkpoint; only facts whose answer is one token of the model's vocabulary (Chiang et al. 2020, §6 and "
              "App. F)" + ("; this causal LM predicts the answer as the next token after the prompt (\"The capital of [X] is\"), "
              "templates whose subject follows the answer left out" if Run.coerce(run).is_causal() else '') +
-             ". P@1 and MRR per relation over steps:", knowledge_chart(scores),
+             ". P@1 and MRR per relation over steps:" + (f" **Warning**: {degenerate_prior(scores)}." if degenerate_prior(scores) else ''), knowledge_chart(scores),
              last.pivot_table(index='relation', columns='metric', values='value').join(last.groupby('relation')['n'].first())]
     if preds is not None and len(preds):
         parts += ["The first guesses for a few queries along the timeline (Chiang et al. 2020, Table 9); ✓ marks a correct first guess.",

@@ -169,6 +169,19 @@ def _prepare(run: Run, name, data, options: dict):
     kw = {k: v for k, v in opts.items() if (k not in a.data_options or k in a.shared_options) and k != 'data'}
     return a, opts, list(data), part, kw
 
+def _checked(run: Run) -> list[int]:
+    "The timeline's integrity check, printed when it finds anomalies and recorded (table `integrity`): the suspect steps."
+    anomalies = run.integrity()
+    with run.analysis_lock(): run.write_table('integrity', anomalies)
+    if len(anomalies):
+        print(f"{run.path}: {len(anomalies)} integrity anomal{'y' if len(anomalies) == 1 else 'ies'} (nl-embryo timeline --check):")
+        for r in anomalies.itertuples(): print(f"  {r.kind}: {r.detail}")
+    return sorted({int(s) for s in anomalies['step'].dropna()})
+
+def _say_refused(name: str, e: NlEmbryoError) -> None:
+    "One line for an analysis that cannot run, with its fix."
+    print(f"{name}: not run: {e.problem}" + (f" (fix: {e.fix})" if e.fix else ''))
+
 def _mark_suspect(chart, suspect: list):
     "A chart whose subtitle names the suspect checkpoints it shows (unchanged without any)."
     if not suspect: return chart
@@ -209,22 +222,25 @@ def analyze_many(run,                       # a `Run`, a run folder or a model f
                  device=None,               # the torch device; None: CUDA when available, else the CPU
                  skip_suspect: bool = False,  # leave out the steps the integrity check names (identical, duplicated, mixed, misplaced)
                  data: dict | None = None,  # {name: your own list of data} for some of the analyses
-                ) -> dict[str, pd.DataFrame]:  # {name: its main table's new rows}
+                 strict: bool = True,       # an analysis that cannot run stops them all (False: it is named in one line, the others run)
+                ) -> dict[str, pd.DataFrame]:  # {name: its main table's new rows}, of the analyses that ran
     """Run several analyses over the run's checkpoints in **one pass**: each checkpoint is loaded once for all of them
     (`Run.map_many`). The timeline's integrity is checked first (`Run.integrity`): the anomalies are printed, recorded in
     the analysis folder (table `integrity`), the affected steps marked in every table (`suspect`) and chart (a subtitle),
-    and left out with `skip_suspect`."""
+    and left out with `skip_suspect`. With `strict=False` an analysis that is refused (before the pass, or by its
+    checkpoint function during it) is named with its reason and fix, and the others run; only when none can run is
+    the first refusal raised."""
     run = Run.coerce(run)
     items = list(names.items()) if isinstance(names, dict) else [n if isinstance(n, tuple) else (n, {}) for n in names]
-    plans = {}
+    plans, refused = {}, {}
     for n, o in items:
-        p = _prepare(run, n, (data or {}).get(getattr(n, 'name', n)), dict(o or {})); plans[p[0].name] = p
-    anomalies = run.integrity()
-    with run.analysis_lock(): run.write_table('integrity', anomalies)
-    suspect = sorted({int(s) for s in anomalies['step'].dropna()})
-    if len(anomalies):
-        print(f"{run.path}: {len(anomalies)} integrity anomal{'y' if len(anomalies) == 1 else 'ies'} (nl-embryo timeline --check):")
-        for r in anomalies.itertuples(): print(f"  {r.kind}: {r.detail}")
+        try: p = _prepare(run, n, (data or {}).get(getattr(n, 'name', n)), dict(o or {}))
+        except NlEmbryoError as e:
+            if strict: raise
+            refused[getattr(n, 'name', n)] = e; _say_refused(getattr(n, 'name', n), e); continue
+        plans[p[0].name] = p
+    if not plans: raise next(iter(refused.values()))
+    suspect = _checked(run)
     steps = run._steps_asked(steps)
     if skip_suspect and (left := [s for s in steps if s in suspect]):
         steps = [s for s in steps if s not in suspect]
@@ -236,12 +252,21 @@ def analyze_many(run,                       # a `Run`, a run folder or a model f
         for d in ds: tasks.append(MapTask(a.checkpoint, d, a.eager, part, a.version, kw)); owner.append(n)
     t0 = time.perf_counter()
     from nl_embryo.models import quiet_transformers
+    failed = None if strict else {}
     with quiet_transformers():
-        frames = run.map_many(tasks, steps=steps, progress=progress, device=str(get_device(device)), desc=', '.join(plans))
+        frames = run.map_many(tasks, steps=steps, progress=progress, device=str(get_device(device)), desc=', '.join(plans), refused=failed)
+    for i, e in (failed or {}).items():
+        if owner[i] not in refused: refused[owner[i]] = e; _say_refused(owner[i], e)
+    if refused and len(refused) == len(items): raise next(iter(refused.values()))
     out = {}
     for n, (a, opts, *_) in plans.items():
-        out[n] = _finish(run, a, opts, [f for f, o in zip(frames, owner) if o == n], charts, suspect)
+        if n in refused: continue
+        try: out[n] = _finish(run, a, opts, [f for f, o in zip(frames, owner) if o == n], charts, suspect)
+        except NlEmbryoError as e:                # its tables cannot be made (e.g. no fact fits the tokenizer)
+            if strict: raise
+            refused[n] = e; _say_refused(n, e); continue
         if progress: print(f"{n}: {out[n]['step'].nunique()} step(s), {len(out[n]):,} rows -> {run.table_path(n)}")
+    if not out: raise next(iter(refused.values()))
     if progress: print(f"{len(plans)} analys{'i' if len(plans) == 1 else 'e'}s over {len(steps)} checkpoint(s), each loaded once: {time.perf_counter() - t0:.0f} s")
     return out
 

@@ -22,9 +22,10 @@ from .options import EVAL_LOSSES, PLATEAU_MARGIN
 # timeline, verifying it and reading its tables need neither (`nl-embryo timeline` and `verify` stay light)
 
 # %% auto #0
-__all__ = ['EVAL_TEXT_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key',
-           'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'MapTask', 'as_run',
-           'eval_rows', 'first_clearing', 'clearing_hold', 'unigram_entropy_of', 'training_curves_chart']
+__all__ = ['EVAL_TEXT_FILE', 'CONTENT_IDS_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint',
+           'analysis_key', 'options_key', 'default_analysis_home', 'Run', 'eval_texts', 'token_entropy',
+           'check_tokenizer_fits', 'MapTask', 'as_run', 'eval_rows', 'first_clearing', 'clearing_hold',
+           'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -225,13 +226,28 @@ def is_causal(self: Run) -> bool:
 
 # %% ../nbs/05_timeline.ipynb #35510850
 _CONTENT_IDS: dict = {}   # (folder, the identity of each file it loads from) -> `content_digest`: a folder is read once per process while unchanged
+CONTENT_IDS_FILE = 'content_ids.json'   # in an analysis folder: the same, kept across processes
 
-def _content_id(path: Path) -> str:
-    "`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of the files a load reads (`model_files`)."
+def _content_id(path: Path,          # a model folder
+                home: Path | None = None,  # an analysis home: the digests are kept in its analysis folder (`CONTENT_IDS_FILE`), so another process reads no weight either
+               ) -> str:
+    """`content_digest` of a model folder, remembered per identity (path, size, mtime_ns, ctime_ns, inode) of the files a
+    load reads (`model_files`): in the process, and with `home` in the analysis folder, across processes."""
     path = Path(path)
     ident = (str(path.resolve()), tuple((p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                                         for p in model_files(path) for st in [p.stat()]))
-    if (digest := _CONTENT_IDS.get(ident)) is None: digest = _CONTENT_IDS[ident] = content_digest(path)
+    if (digest := _CONTENT_IDS.get(ident)) is not None: return digest
+    f = Path(home)/'analysis'/CONTENT_IDS_FILE if home is not None else None
+    try: kept = json.loads(f.read_text()) if f is not None and f.exists() else {}
+    except (OSError, ValueError): kept = {}
+    key = json.dumps(ident)
+    if isinstance(kept.get(key), str): digest = kept[key]
+    else:
+        digest = content_digest(path)
+        if f is not None:
+            try: atomic_write_json(f, {**kept, key: digest})
+            except OSError: pass
+    _CONTENT_IDS[ident] = digest
     return digest
 
 # %% ../nbs/05_timeline.ipynb #1d9bb193
@@ -254,7 +270,7 @@ def record_listing(self: Run,
     f = self.home/'source.json'
     rec = json.loads(f.read_text()) if f.exists() else dict(source=str(self.path.resolve()), kind=self.source.kind, digests={})
     for s in (self.steps() if steps is None else steps):
-        rec['digests'].setdefault(str(s), _content_id(self.source.checkpoints[s].path))
+        rec['digests'].setdefault(str(s), _content_id(self.source.checkpoints[s].path, self.home))
     atomic_write_json(f, rec)
     return {int(k): v for k, v in rec['digests'].items()}
 
@@ -267,7 +283,7 @@ def check_unchanged(self: Run,
     f = self.home/'source.json'
     known = json.loads(f.read_text())['digests'].get(str(step)) if f.exists() else None
     if known is None: self.record_listing([step]); return
-    if _content_id(self.source.checkpoints[step].path) != known:
+    if _content_id(self.source.checkpoints[step].path, self.home) != known:
         raise NlEmbryoError(f"checkpoint step {step} ({self.source.checkpoints[step].path}) changed since it was listed: its weights or "
                             f"config differ from the content recorded in {f}",
                             f"if the change is intended, analyse it into a new folder (--out), or remove {f} to list it afresh")
@@ -531,7 +547,7 @@ def _checkpoint_id(self: Run, step: int) -> str:
     man = path/CHECKPOINT_MANIFEST
     if self.source.owned and man.exists(): return fingerprint(sorted((k, v.get('sha256')) for k, v in json.loads(man.read_text())['files'].items()
                                                                     if k.endswith('.safetensors') or k.endswith('config.json')))
-    return _content_id(path)
+    return _content_id(path, self.home)
 
 # %% ../nbs/05_timeline.ipynb #9c1d2e7f
 GC_MODEL_BYTES = 256 * 2**20   # `Run.map` runs a full garbage collection after a checkpoint of at least this many bytes of weights
@@ -598,7 +614,8 @@ def map_many(self: Run,
              progress: bool = True,      # one progress bar over the checkpoints, with the time left
              device: str = 'cpu',        # the torch device the checkpoints are loaded on; not part of the cache key
              desc: str | None = None,    # the progress bar's label (None: the functions' names)
-            ) -> list[pd.DataFrame]:     # per task, the rows of every step with a `step` column first
+             refused: dict | None = None,  # a dict: a task that raises `NlEmbryoError` is recorded here {task index: error} and dropped, the others go on (None: the error stops the pass)
+            ) -> list[pd.DataFrame]:     # per task, the rows of every step with a `step` column first (a dropped task: none)
     """Apply every task to each checkpoint, **loading each checkpoint once** per part of a pair for all the tasks that
     are not cached: those with `eager` attention run after the others, on the same model switched to eager attention.
     A task's function must not change the model it is given (an intervention works on a copy). Cached per task and step
@@ -615,6 +632,7 @@ def map_many(self: Run,
         files = [folder/f"step{s}-{self._checkpoint_id(s)}.parquet" for folder in folders]
         todo = []
         for i, (t, f) in enumerate(zip(tasks, files)):
+            if refused is not None and i in refused: continue
             if cache and f.exists(): frames[i].append(f)       # read back at the end: the loop holds no results in memory
             else: todo.append(i)
         for part in dict.fromkeys(tasks[i].part for i in todo):            # each part of the checkpoint loaded once
@@ -624,7 +642,10 @@ def map_many(self: Run,
             for i in mine:
                 t = tasks[i]
                 if t.eager and getattr(model.config, '_attn_implementation', 'eager') != 'eager': model.set_attn_implementation('eager')
-                df = t.fn(model, tok, t.data, **t.options, **({'step': s} if t.wants_step() else {}))
+                try: df = t.fn(model, tok, t.data, **t.options, **({'step': s} if t.wants_step() else {}))
+                except NlEmbryoError as e:
+                    if refused is None: raise
+                    refused[i] = e; frames[i] = []; model.eval(); continue
                 model.eval()
                 if not isinstance(df, pd.DataFrame): raise NlEmbryoError(f"analysis {getattr(t.fn, '__name__', t.fn)} returned {type(df).__name__}, not a DataFrame", "return a tidy pandas DataFrame")
                 df = df.copy(); df.insert(0, 'step', s)
@@ -730,8 +751,8 @@ def _plateau_exit(run) -> list[dict]:
     loss = 'eval next-token loss' if 'eval_clm_loss' in ev else 'eval MLM loss'
     what = f'the upper end of the 95% interval of the {loss}' if has_hi else f'the {loss} (no interval logged: point estimate)'
     ref = 'the unigram entropy'
-    if not run.source.owned:    # a Trainer's eval loss: nats per masked token of its own eval set, against the entropy of the text named
-        what = "the Trainer's eval loss (nats per masked token of its own eval set; point estimate)"
+    if not run.source.owned:    # a Trainer's eval loss: nats per predicted token of its own eval set, against the entropy of the text named
+        what = f"the Trainer's eval loss (nats per {'next' if run.is_causal() else 'masked'} token of its own eval set; point estimate)"
         ref = f"the unigram entropy of the eval text {run.eval_text['name']!r} ({run.eval_text['kind']}, {run.eval_text['n_tokens']:,} tokens under the checkpoint's tokenizer)"
     row['detail'] = (f"{what} {PLATEAU_MARGIN} nat below {ref}, after step {step_lo}" if step is not None else
                      f"still on the plateau at step {step_lo}: {what} is {float(h - hi[r.name]):+.3f} nat below {ref}")

@@ -366,3 +366,29 @@ def test_your_own_text_is_a_corpus_that_every_process_knows(tmp_path, capsys, mo
     assert rc == 0 and said.count('removed ') == 3 and not (tmp_path/'cache'/'text'/'letters').exists(), said
     assert 'letters' not in run_cli('corpus', 'list').stdout
     assert (tmp_path/'run'/'checkpoints'/'step2'/'tokenizer.json').exists()      # the run keeps its own tokenizer
+
+
+def test_analyze_runs_what_can_run_and_names_each_refusal_in_one_line(tmp_path, capsys, reference):
+    "A headless encoder (a BertModel, as MiniLM is published): reconstruction is refused in one line, attention and weights run; --strict stops."
+    import shutil
+    from nl_embryo.models import load_model, quiet_transformers
+    ck = Path(reference)/'checkpoints'/'step4'
+    enc = tmp_path/'encoder'
+    with quiet_transformers(): load_model(ck).base_model.save_pretrained(enc)
+    for f in ck.iterdir():
+        if f.name.startswith(('tokenizer', 'special_tokens', 'vocab')): shutil.copy(f, enc/f.name)
+    def run(*args):
+        try: return cli(capsys, *args)
+        except SystemExit as e:
+            got = capsys.readouterr(); return e.code, got.out + got.err
+    rc, said = run('analyze', enc, '--out', tmp_path/'a', '--reconstruction', '--attention', '--weights', '--quiet')
+    assert rc in (0, None), said
+    assert 'reconstruction: not run:' in said and 'without a masked-LM head' in said, said
+    assert '2 of 3 analyses ran; not run: reconstruction' in said, said
+    from nl_embryo.timeline import Run
+    r = Run(enc, out=tmp_path/'a')
+    assert r.has_table('attention') and r.has_table('weights') and not r.has_table('reconstruction')
+    rc, said = run('analyze', enc, '--out', tmp_path/'b', '--reconstruction', '--attention', '--strict', '--quiet')
+    assert rc == 2 and 'without a masked-LM head' in said and not Run(enc, out=tmp_path/'b').has_table('attention'), said
+    rc, said = run('analyze', enc, '--out', tmp_path/'c', '--reconstruction', '--quiet')          # nothing could run
+    assert rc == 2 and 'without a masked-LM head' in said, said
