@@ -105,7 +105,7 @@ def test_a_pythia_layout_timeline_of_a_causal_model_is_analysed_end_to_end(tmp_p
 
 
 SMALL = dict(probes=dict(n_words=300), attention=dict(n_sentences=24, map_len=16), reconstruction=dict(per_group=12),
-             knowledge=dict(), surgery=dict(eval_batches=2, batch_size=8, probe_words=300),
+             knowledge=dict(), surgery=dict(eval_batches=2, batch_size=8, probe_words=300), weights=dict(),
              finetune=dict(tasks=['sentiment'], seeds=[0], max_train=32, max_eval=32))
 
 
