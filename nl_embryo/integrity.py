@@ -163,7 +163,7 @@ def _find_embedding(folder: Path) -> tuple | None:
     k = embedding_key(index, cfg.get('vocab_size'), cfg.get('model_type'))
     return (where[k], k, tuple(index[k][3])) if k else None
 
-# %% ../nbs/05f_integrity.ipynb #6b86410a
+# %% ../nbs/05f_integrity.ipynb #b7fa2afc
 def embedding_distances(checkpoints: dict,  # {step: model folder}
                         steps: list | None = None,  # the steps to measure (None: all), the first one the origin
                         cache: DigestCache | None = None,  # where the distances are kept, by the two tensors' digests (None: in memory)
