@@ -125,7 +125,7 @@ def test_analyze_writes_tidy_knowledge_scores_and_charts(facts_run, tmp_path):
     run = Run(run)
     assert 'nl-embryo analyze' in report_section(run, 'knowledge').markdown()     # no table yet: the section says how to compute one
     scores = analyze(run, 'knowledge', progress=False, data=[facts])
-    assert list(scores.columns) == ['step', 'options', 'relation', 'metric', 'value', 'lo', 'hi', 'n'] and set(scores.metric) == {'p@1', 'p@10', 'mrr', 'prior_p@1'}   # and the answer prior's P@1, the baseline
+    assert list(scores.columns) == ['step', 'options', 'relation', 'metric', 'value', 'lo', 'hi', 'n', 'suspect'] and not scores.suspect.any() and set(scores.metric) == {'p@1', 'p@10', 'mrr', 'prior_p@1'}   # and the answer prior's P@1, the baseline
     assert scores.step.unique().tolist() == [0, STEPS]
     assert run.table('knowledge').equals(scores)
     assert run.chart_path('knowledge').with_suffix('.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
