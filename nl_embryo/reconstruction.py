@@ -25,9 +25,9 @@ from .models import is_causal, lm_head, mlm_head, SizePreset, build_model, max_p
 # %% auto #0
 __all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION', 'RECONSTRUCTION',
            'pos_class', 'bin_label', 'reconstruction_data', 'train_copy_model', 'word_correctness', 'accuracy_by_group',
-           'prediction_kind', 'with_prediction_kind', 'reconstruction_checkpoint', 'next_word_correctness',
-           'rescale_by_final', 'reconstruction_inputs', 'reconstruction_chart', 'reconstruction_charts',
-           'prediction_phases', 'reconstruction_section']
+           'prediction_kind', 'with_prediction_kind', 'reconstruction_checkpoint', 'context_token',
+           'next_word_correctness', 'rescale_by_final', 'reconstruction_inputs', 'reconstruction_chart',
+           'reconstruction_charts', 'prediction_phases', 'reconstruction_section']
 
 # %% ../nbs/07_reconstruction.ipynb #3f08d6bb
 POS_CLASSES = {
@@ -72,6 +72,7 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
                         max_sentence_words: int = 40,     # read only sentences of 3 to this many words
                         n_words: int | None = None,       # (earlier releases) the words in all: read as per_group = n_words // 8
                         per_bin: int | None = None,       # (earlier releases) the targets per bin: read as per_group
+                        first_words: bool = True,         # a sentence's first word may be a target (False: for a causal LM that cannot score it, the quota is met without them)
                        ) -> dict:                         # `texts`, `words`, `quota` and `per_group`
     """Evaluation words from Brown's evaluation documents: `{'texts': [...], 'words': DataFrame, 'quota': {...}}`, one
     row per word of the chosen sentences: `sent`, `wid`, `word`, `start`, `end`, `tag`, `pos_class`, `verb_form`,
@@ -79,7 +80,9 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
     read in a seeded random order; a word becomes a target when one of its groups (its POS class, its verb form, its
     frequency bin) has fewer than `per_group` targets yet, and a sentence is kept when it holds a target. `quota`:
     the targets per group; a group that could not reach `per_group` is reported there and left out of the results.
-    (`n_words`, `per_bin`: the options of earlier releases, read as `per_group`.)"""
+    (`n_words`, `per_bin`: the options of earlier releases, read as `per_group`.) `first_words=False` never makes a
+    sentence's first word a target: a causal LM whose tokenizer has no token to start a sentence with cannot score it,
+    and its groups still reach their quota."""
     per_group = per_group if n_words is None and per_bin is None else max(1, per_bin or 0, (n_words or 0) // max(1, len(POS_CLASSES)))
     if per_group < 1: raise NlEmbryoError(f"per_group={per_group}: nothing to evaluate", f"use per_group={MIN_GROUP_WORDS} (the default)")
     b, rank, starts, ends = _brown_frequency()
@@ -97,7 +100,7 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
     for i in rng.permutation(np.flatnonzero((lengths >= 3) & (lengths <= max_sentence_words))):
         if all(v >= per_group for v in groups.values()): break
         hits = []
-        for r in range(starts[i], ends[i]):
+        for r in range(starts[i] + (not first_words), ends[i]):
             mine = [k for k in (('pos', pos[r]), ('verb_form', vf[r]), ('frequency', fbin[r])) if k[1] and k in groups]
             if any(groups[k] < per_group for k in mine):
                 hits.append(r)
@@ -111,7 +114,7 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
     return dict(texts=texts, words=words, quota={f'{g}:{v}': n for (g, v), n in groups.items()}, per_group=per_group)
 
 # %% ../nbs/07_reconstruction.ipynb #22f2c0cb
-RECONSTRUCTION_VERSION = 2   # bump to invalidate cached results when the code behind reconstruction_checkpoint changes
+RECONSTRUCTION_VERSION = 3   # bump to invalidate cached results when the code behind reconstruction_checkpoint changes
 
 def _masked_lm_head(model):
     "The model's MLM head, or a clear error for an encoder without one."
@@ -286,6 +289,18 @@ def reconstruction_checkpoint(model,                                 # a masked 
     base = getattr(model, 'base_model', model)
     return accuracy_by_group(words, layer=int(base.config.num_hidden_layers), min_words=data.get('per_group', 1))
 
+# %% ../nbs/07_reconstruction.ipynb #246e12c1
+def context_token(tokenizer,  # a fast tokenizer
+                 ) -> int | None:  # the token id, or None
+    """The token a causal LM reads before a sentence's first word when its tokenizer adds none in front: its BOS token,
+    else its EOS token (GPT-2's and Pythia's `<|endoftext|>`, which ends one training document and so starts the next);
+    None when the tokenizer puts a special token in front itself (nl_embryo's `[CLS]`, Llama's BOS) or has neither."""
+    ids = tokenizer('a')['input_ids']
+    if ids and ids[0] in set(tokenizer.all_special_ids): return None
+    for t in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if t is not None: return int(t)
+    return None
+
 # %% ../nbs/07_reconstruction.ipynb #056e8874
 def next_word_correctness(model,                    # a causal LM: its output layer's (`lm_head`) next-token predictions are read
                           tokenizer,                # its fast tokenizer
@@ -293,20 +308,28 @@ def next_word_correctness(model,                    # a causal LM: its output la
                           batch_tokens: int = 8192, # the most padded tokens per forward batch
                          ) -> pd.DataFrame:         # the words, with `aligned`, `evaluated`, `predicted`
     """The words of `data` with `aligned`, `evaluated` and `predicted` (bool): whether the causal LM's top next-token
-    prediction at the position before an evaluated word's first piece (its left context only) is that piece."""
+    prediction at the position before an evaluated word's first piece (its left context only) is that piece. A sentence
+    the tokenizer starts with no special token (GPT-2's, Pythia's) gets `context_token` in front, so its first word is
+    predicted too; a tokenizer with no such token leaves first words out (`reconstruction_inputs` then draws none)."""
     head = lm_head(model)
     device = next(model.parameters()).device
     texts, words = data['texts'], data['words']
-    al = align_words(tokenizer, texts, words, max_input_length(model, tokenizer))
-    target = words['target'].to_numpy() & (al.n_pieces > 0) & (al.first_piece > 0)     # a first piece with a left context
+    lead = context_token(tokenizer)
+    al = align_words(tokenizer, texts, words, max_input_length(model, tokenizer) - (lead is not None))
+    sent = words['sent'].to_numpy()
+    shift = np.zeros(len(texts), np.int64)
+    if lead is not None: shift[sent[al.first_piece == 0]] = 1              # a sentence whose first word is its first piece
+    first_piece = np.where(al.first_piece >= 0, al.first_piece + shift[sent], -1)
+    seqs = [np.concatenate([[lead], s]).astype(np.int64) if shift[i] else s for i, s in enumerate(al.input_ids)]
+    target = words['target'].to_numpy() & (al.n_pieces > 0) & (first_piece > 0)        # a first piece with a left context
     rows = np.flatnonzero(target)                                                      # words are sorted by sentence
-    bounds = np.searchsorted(words['sent'].to_numpy()[rows], np.arange(len(texts) + 1))
+    bounds = np.searchsorted(sent[rows], np.arange(len(texts) + 1))
     keep = [i for i in range(len(texts)) if bounds[i + 1] > bounds[i]]
-    first = [al.first_piece[rows[bounds[i]:bounds[i + 1]]] for i in keep]
+    first = [first_piece[rows[bounds[i]:bounds[i + 1]]] for i in keep]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    pred = _predict(model, head, [al.input_ids[i] for i in keep], [f - 1 for f in first], pad, batch_tokens, device)
+    pred = _predict(model, head, [seqs[i] for i in keep], [f - 1 for f in first], pad, batch_tokens, device)
     ok = np.zeros(len(words), bool)
-    for i, f, pr in zip(keep, first, pred): ok[rows[bounds[i]:bounds[i + 1]]] = pr == al.input_ids[i][f]
+    for i, f, pr in zip(keep, first, pred): ok[rows[bounds[i]:bounds[i + 1]]] = pr == seqs[i][f]
     out = words.drop(columns=['start', 'end']).assign(aligned=al.n_pieces > 0, evaluated=target, predicted=ok)
     out.attrs['n_sequences'] = dict(prediction=len(keep))
     return out
@@ -333,10 +356,17 @@ def reconstruction_inputs(run,                              # the run (a `Run` o
                           seed: int = 0,                    # seed of the order in which sentences are read
                           max_sentence_words: int = 40,     # the longest sentence read, in words (lowered to fit the model's positions)
                          ) -> list[dict]:                   # one `reconstruction_data` dict
-    "The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model."
-    positions = max_positions(Run.coerce(run).model_config(part=part_for(('lm_head',), run)))
+    """The data of `reconstruction_checkpoint` for `run`: `reconstruction_data`, with sentences that fit the run's model.
+    A causal run whose tokenizer neither starts a sentence with a special token nor has one to put there
+    (`context_token`) cannot predict a sentence's first word: no first word is drawn, so every group keeps its quota."""
+    run = Run.coerce(run)
+    positions = max_positions(run.model_config(part=part_for(('lm_head',), run)))
     if positions: max_sentence_words = max(4, min(max_sentence_words, (positions - 2) // 2))
-    return [reconstruction_data(per_group=per_group, seed=seed, max_sentence_words=max_sentence_words)]
+    first_words = True
+    if run.is_causal():
+        tok = run.tokenizer(); ids = tok('a')['input_ids']
+        first_words = bool(ids) and ids[0] in set(tok.all_special_ids) or context_token(tok) is not None
+    return [reconstruction_data(per_group=per_group, seed=seed, max_sentence_words=max_sentence_words, first_words=first_words)]
 
 # %% ../nbs/07_reconstruction.ipynb #e482d47a
 def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over steps (`analyze(run, 'reconstruction')`)
@@ -381,7 +411,7 @@ def prediction_phases(run,  # a `Run` with a reconstruction table
     rec = run.table('reconstruction') if run.has_table('reconstruction') else None
     if rec is None or rec.empty: return []
     d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & rec['value'].notna()].sort_values('step')
-    what, rows = ('next-word' if prediction_kind(d) == 'next-word' else 'mask') + ' prediction', []
+    what, rows = ('next-word' if prediction_kind(rec) == 'next-word' else 'mask') + ' prediction', []
     for group, g in d.groupby('group', sort=False):
         base, first = float(g['value'].iloc[0]), int(g['step'].iloc[0])
         lo = g['lo'].fillna(g['value']) if 'lo' in g else g['value']
@@ -393,6 +423,12 @@ def prediction_phases(run,  # a `Run` with a reconstruction table
                          hi=float(r.get('hi', r['value'])), reference=base, source='reconstruction',
                          detail=(f"95% interval's lower end above {was}, after step {step_lo}" if step is not None else
                                  f"not beyond {was} by step {step_lo} ({r['value']:.3f}, interval from {lo[r.name]:.3f})")))
+    measured = set(d['group'])
+    short = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & ~rec['group'].isin(measured)]
+    for group, g in short.groupby('group', sort=False):       # a class under its quota at every step: named, never silently absent
+        rows.append(dict(phase=f'{what}: {group}', step=None, step_lo=None, held_to=None, fell_back=None, sustained=None, value=np.nan,
+                         lo=np.nan, hi=np.nan, reference=np.nan, source='reconstruction',
+                         detail=f"not measured: at most {int(g['n'].max())} words, under the class's quota (reconstruction per_group)"))
     return rows
 
 # %% ../nbs/07_reconstruction.ipynb #af40a264

@@ -114,18 +114,21 @@ def masked_lm_loss_of(sums,     # per block, the summed MLM loss (`masked_lm_los
     return float(np.mean([sums[a:b].sum() / counts[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]))
 
 # %% ../nbs/09a_surgery.ipynb #89836636
-def causal_lm_losses(model,    # a causal LM (`is_causal`): its device is read from it
-                     batches,  # the eval batches: int arrays of token ids, blocks × tokens
+def causal_lm_losses(model,         # a causal LM (`is_causal`): its device is read from it
+                     batches,       # the eval batches: int arrays of token ids, blocks × tokens
+                     special=None,  # the ids that are never targets (a foreign tokenizer's `all_special_ids`); None: nl_embryo's, ids < `N_SPECIAL`
                     ) -> tuple[np.ndarray, np.ndarray]:  # `(loss_sums, counts)`: per block, the summed loss (nats) and the predicted tokens
     """Per block of `batches` (int arrays), the summed next-token loss and the number of predicted tokens, with the
-    targets of `clm_objective` (every next token that is not special, id >= `N_SPECIAL`): `(loss_sums, counts)`, one
+    targets of `clm_objective` (every next token that is not special: id >= `N_SPECIAL` in nl_embryo's vocabularies, or
+    not in `special` for a tokenizer from elsewhere, where ids 0-4 are ordinary pieces): `(loss_sums, counts)`, one
     entry per block; nothing is drawn, so no seed."""
     device = next(model.parameters()).device; head = lm_head(model)
     sums, counts = [], []
     with torch.no_grad():
         for b in batches:
             ids = torch.as_tensor(np.asarray(b), dtype=torch.long)
-            target = ids[:, 1:]; keep = target >= N_SPECIAL
+            target = ids[:, 1:]
+            keep = target >= N_SPECIAL if special is None else ~torch.isin(target, torch.as_tensor(list(special), dtype=torch.long))
             hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state[:, :-1]
             tok = F.cross_entropy(head(hidden[keep.to(device)]).float(), target[keep].to(device), reduction='none').cpu().double()
             row = keep.nonzero()[:, 0]
@@ -159,7 +162,7 @@ def surgery_checkpoint(model,                        # the checkpoint's model (t
     for name in parse_surgeries(surgeries):
         spec = surgery_spec(name)
         m = model if spec is None else _cut_copy(model, name, spec)
-        measured[name] = dict(loss=causal_lm_losses(m, data['batches']) if causal else
+        measured[name] = dict(loss=causal_lm_losses(m, data['batches'], data.get('special')) if causal else
                               masked_lm_losses(m, data['batches'], data['seed'], split=data.get('split'), mask_id=data.get('mask_id')))
         if data.get('task') is not None: measured[name]['probe'] = probe_correctness(m, tokenizer, data['task'], seed=seed)
         if m is not model: del m
@@ -182,9 +185,9 @@ def surgery_checkpoint(model,                        # the checkpoint's model (t
 # %% ../nbs/09a_surgery.ipynb #49f45ba1
 def surgery_check(run,  # a `Run`
                  ) -> None:  # nothing; raises `NlEmbryoError` for a source nl_embryo did not write that names no eval text
-    "Refuse a timeline nl_embryo did not write when it names no eval text: surgery's held-out MLM loss needs one."
+    "Refuse a timeline nl_embryo did not write when it names no eval text: surgery's held-out loss (MLM, or next-token for a causal LM) needs one."
     if not run.source.owned and run.eval_text is None:
-        raise NlEmbryoError(f"surgery measures a held-out MLM loss, and {run.path} ({run.source.kind}, not trained by nl_embryo) names no eval text to measure it on",
+        raise NlEmbryoError(f"surgery measures a held-out LM loss (masked or next-token), and {run.path} ({run.source.kind}, not trained by nl_embryo) names no eval text to measure it on",
                             "name one with --eval-text: a corpus of nl_embryo (its eval split), e.g. nl-embryo analyze PATH --out DIR --surgery "
                             "--eval-text english, or a UTF-8 text file, --eval-text notes.txt (in Python: Run(path, out=..., eval_text='english'))")
 
@@ -197,13 +200,15 @@ def surgery_data(run,                     # a `Run`: a run folder written by `pr
                  seed: int = 0,           # the seed of the probing task's sentence draw and split
                 ) -> list[dict]:          # one entry: `batches`, `seed`, `split`, `task`
     """The data of `surgery_checkpoint` for `run`: the first eval batches of the run's own corpus (its `config.json`
-    names it; for a timeline nl_embryo did not write, of the eval text named for it, `Run.eval_text_blocks`, masked
-    with its tokenizer's [MASK]) and, with `probe`, a universal-POS probing task of `probe_words` words."""
+    names it; for a timeline nl_embryo did not write, of the eval text named for it, `Run.eval_text_blocks`: masked
+    with its tokenizer's mask token, or for a causal LM scored on every next token that is not one of its special ids) and, with `probe`, a universal-POS probing task of `probe_words` words."""
     run = Run.coerce(run)
     if not run.source.owned:
         surgery_check(run)
-        blocks, mask_id = run.eval_text_blocks()
-        data = dict(batches=first_batches(blocks, eval_batches, batch_size), seed=0, task=None, split=None, mask_id=mask_id)
+        causal = run.is_causal()
+        blocks, mask_id = run.eval_text_blocks(mask=not causal)        # a causal LM's next-token loss needs no mask token (GPT-2's and Pythia's have none)
+        data = dict(batches=first_batches(blocks, eval_batches, batch_size), seed=0, task=None, split=None, mask_id=mask_id,
+                    special=sorted(run.tokenizer().all_special_ids) if causal else None)
         if probe: data['task'] = probes_data(run, tasks=('pos',), n_words=probe_words, seed=seed)[0]
         return [data]
     cfg = run.config.get('config')

@@ -361,15 +361,20 @@ def record_eval_text(self: Run,
 @patch
 def eval_text_blocks(self: Run,
                      block_size: int = 128,  # tokens per block
-                    ) -> tuple[np.ndarray, int]:  # (blocks × block_size token ids, the tokenizer's [MASK] id)
-    "The recorded eval text of a source nl_embryo did not write as blocks of token ids (the texts joined, no special tokens), and its [MASK] id."
+                     mask: bool = True,      # the blocks will be masked (a masked LM's held-out loss): the tokenizer must have a mask token
+                    ) -> tuple[np.ndarray, int | None]:  # (blocks × block_size token ids, the tokenizer's mask id; None when not `mask`)
+    """The recorded eval text of a source nl_embryo did not write as blocks of token ids (the texts joined, no special
+    tokens), and its mask id. A causal LM's next-token loss needs no mask (`mask=False`): any tokenizer does, GPT-2's
+    and Pythia's included; a masked LM whose tokenizer has no mask token is refused by name."""
     _, ids = self.eval_text_ids()
     flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids])
     n = len(flat) // block_size
     if not n: raise NlEmbryoError(f"the eval text {self.eval_text['name']} has {len(flat)} tokens, fewer than one block of {block_size}", "name a longer text")
-    mask_id = self.tokenizer().mask_token_id
-    if mask_id is None: raise NlEmbryoError(f"the tokenizer of {self.path} has no mask token", "a held-out MLM loss needs a masked-LM tokenizer")
-    return flat[:n * block_size].reshape(n, block_size), int(mask_id)
+    mask_id = self.tokenizer().mask_token_id if mask else None
+    if mask and mask_id is None:
+        raise NlEmbryoError(f"the tokenizer of {self.path} has no mask token, and this masked LM's held-out loss masks tokens with it",
+                            "save the tokenizer the model was trained with (with its mask token) into the checkpoint folders")
+    return flat[:n * block_size].reshape(n, block_size), (int(mask_id) if mask else None)
 
 # %% ../nbs/05_timeline.ipynb #29caac6c
 def check_tokenizer_fits(model,               # a transformers model or an `ElectraPair`

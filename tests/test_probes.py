@@ -232,3 +232,33 @@ def test_chart_html_renders_offline(tmp_path):
                         '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic', '--proxy-server=127.0.0.1:9',
                         '--virtual-time-budget=10000', '--dump-dom', paths['html'].as_uri()], capture_output=True, text=True, timeout=120)
     assert 'role="graphics-document"' in r.stdout and ('<svg' in r.stdout or '<canvas' in r.stdout), r.stderr[-500:]
+
+
+def test_a_few_dimensions_25x_larger_match_standardised_sklearn_within_the_interval():
+    """GPT-2's and Pythia's deeper layers carry a few 'massive' dimensions, ~25x the rest, and on some tokens far more.
+    The probe standardises each layer's features on the training split, so it scores what scikit-learn's
+    LogisticRegression scores on standardised features: within the probe's own 95% interval, at both layers (on the raw
+    features, whose scale is a residual stream's, the penalty would swamp the small dimensions that carry the label)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+    rng = np.random.default_rng(0)
+    n, d, classes = 3000, 48, 6
+    y = rng.integers(0, classes, n)
+    plain = (0.05 * (0.4 * rng.normal(size=(classes, d))[y] + rng.normal(size=(n, d)))).astype(np.float32)   # a residual stream's small scale
+    massive = plain.copy()
+    big = [3, 17, 40]
+    massive[:, big] *= 25                                                   # a few dimensions 25x larger
+    massive[np.ix_(rng.random(n) < 0.05, big)] += 15                        # and far larger on some tokens
+    X = np.stack([plain, massive], 1)                                       # (N, 2 layers, D)
+    sent = np.arange(n) // 5
+    split = np.where(sent % 10 < 7, 'train', np.where(sent % 10 < 8, 'dev', 'test'))
+    targets = pd.DataFrame(dict(split=split, label=y, type=[f'w{i % 400}' for i in range(n)], sent=sent))
+    ours = probe_scores(X, targets, control=False).query("metric == 'accuracy'").set_index('layer')
+    tr, te = split == 'train', split == 'test'
+    for layer in (0, 1):
+        s = StandardScaler().fit(X[tr, layer])
+        clf = LogisticRegression(max_iter=2000).fit(s.transform(X[tr, layer]), y[tr])
+        sk = float((clf.predict(s.transform(X[te, layer])) == y[te]).mean())
+        r = ours.loc[layer]
+        assert r['lo'] <= sk <= r['hi'] and r['value'] > 0.5, (layer, sk, r[['value', 'lo', 'hi']].tolist())
+    assert abs(ours.loc[1, 'value'] - ours.loc[0, 'value']) < 0.02      # the massive dimensions change (almost) nothing
