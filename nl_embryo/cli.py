@@ -101,9 +101,9 @@ def _analyze(args):
     from nl_embryo.analysis import analyses
     from nl_embryo.registry import analyze_many
     from nl_embryo.timeline import Run
-    from nl_embryo.registry import seed_runs
+    from nl_embryo.registry import seed_branches, seed_runs
     steps = _parse_steps(args.steps)            # bad input is named before anything is read
-    if len(args.run) > 1 or seed_runs(args.run[0]): return _analyze_set(args, steps)
+    if len(args.run) > 1 or seed_runs(args.run[0]) or (args.branch is None and seed_branches(args.run[0])): return _analyze_set(args, steps)
     run = Run(args.run[0], out=args.out, eval_text=args.eval_text, follow_links=args.follow_links, branch=args.branch)
     if not run.source.owned: print(f"{run.path}: {run.source.kind}, {len(run.steps())} checkpoint(s); analyses -> {run.analysis_dir}")
     if run.eval_text: print(f"eval text: {run.eval_text['name']} ({run.eval_text['kind']}), {run.eval_text['n_tokens']:,} tokens, unigram entropy {run.eval_text['unigram_entropy']:.3f} nats per token")
@@ -126,15 +126,25 @@ def _analyze_set(args, steps):
     "`nl-embryo analyze RUN RUN ...` or `nl-embryo analyze OUT` (seed runs): each analysis over every run, and a row per group of seeds."
     from pathlib import Path
     from nl_embryo.analysis import analyses
-    from nl_embryo.registry import analyze_runs, seed_runs
-    from nl_embryo.timeline import Run
-    paths = [p for x in args.run for p in (seed_runs(x) or [Path(x)])]
-    runs = [Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{Path(p).name}', eval_text=args.eval_text, follow_links=args.follow_links, branch=args.branch)
-            for i, p in enumerate(paths)]
+    from nl_embryo.registry import analyze_runs, seed_branches, seed_runs
+    from nl_embryo.timeline import Run, default_analysis_home
+    items = []                                  # (path, branch, label): a folder of seeds stands for its seeds, a suite of seed branches for its branches
+    for x in args.run:
+        if folders := seed_runs(x): items += [(p, args.branch, p.name) for p in folders]
+        elif args.branch is None and (branches := seed_branches(x)): items += [(Path(x), b, b) for b in branches]
+        else: items.append((Path(x), args.branch, Path(x).name))
+    runs = {}
+    for i, (p, b, label) in enumerate(items):
+        while label in runs: label = f"{Path(p).parent.name}/{label}" if '/' not in label else label + "'"     # two runs of one name
+        runs[label] = Run(p, out=None if args.out is None else Path(args.out)/f'{i}-{label.replace("/", "-")}', eval_text=args.eval_text,
+                          follow_links=args.follow_links, branch=b)
     reg = analyses()
     chosen = {name: getattr(args, name) for name in reg if getattr(args, name, None) not in (None, False)}
     if not chosen: chosen = {name: True for name, a in reg.items() if a.default}
-    home = Path(args.run[0])/'analysis' if len(args.run) == 1 else None      # a folder of seeds keeps the set's tables
+    # the set's tables: in --out; else in nl_embryo's own folder of seeds; else, for one published suite, beside its seeds' analyses
+    one = Path(args.run[0])
+    home = (one/'analysis' if len(args.run) == 1 and all(r.source.owned for r in runs.values()) else Path(args.out)/'analysis' if args.out is not None
+            else default_analysis_home(one)/'analysis' if len(args.run) == 1 else None)
     for name, value in chosen.items():
         a = reg[name]
         opts = {a.cli['option']: a.cli['parse'](value)} if a.cli and a.cli.get('option') and value is not True else {}
@@ -144,7 +154,7 @@ def _analyze_set(args, steps):
         if home is not None:
             home.mkdir(parents=True, exist_ok=True); df.to_parquet(home/f'{name}.parquet'); where = f" -> {home/f'{name}.parquet'}"
         seeds = f"{len(pooled):,} pooled over {int(pooled['n_seeds'].max())} pre-training seeds" if len(pooled) else 'one pre-training seed per run'
-        print(f"{name}: {len(runs)} runs, {len(df) - len(pooled):,} rows, {seeds}{where}")
+        print(f"{name}: {len(runs)} runs, {len(df) - len(pooled):,} rows, {seeds}{where or ' (not written: name an --out folder to keep the set table)'}")
 
 # %% ../nbs/15_cli.ipynb #14fb4a8e
 def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
@@ -158,7 +168,8 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
     from nl_embryo.catalog import analysis_faces
     reg = analysis_faces()
     a.add_argument('run', metavar='RUN', nargs='+', help='a run folder of nl_embryo, a Trainer output folder, step folders, a hub-cache repository, a mapping file '
-                   'or a model folder; several, or a folder of seed runs (nl-embryo pretrain --seeds): one set of runs, with intervals over the seeds')
+                   'or a model folder; several, or a folder of seed runs (nl-embryo pretrain --seeds; a published suite\'s seed_0/, seed_1/ ... folders, or its flat '
+                   '...-seed_K-step_Nk folders, as MultiBERTs ships them): one set of runs, with intervals over the seeds, written to OUT/analysis/')
     a.add_argument('--out', default=None, metavar='DIR', help='where the analyses of checkpoints nl_embryo did not write go (default: a folder of the data '
                    'cache, printed by nl-embryo timeline); nothing is written into them')
     for name, an in reg.items():

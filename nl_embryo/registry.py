@@ -19,9 +19,10 @@ from .catalog import REGISTRARS, load_plugins
 # registers an analysis, and the command line that lists it, import this module without them
 
 # %% auto #0
-__all__ = ['ANALYSES', 'NEEDS', 'SEED_DIR', 'Analysis', 'register', 'get_analysis', 'check_needs', 'part_for', 'analysis_tables',
-           'analyze_many', 'analyze', 'seed_runs', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs',
-           'runs_chart', 'Section', 'report_section', 'show_section']
+__all__ = ['ANALYSES', 'NO_MLM_PRETRAINING', 'NEEDS', 'SEED_DIR', 'SEED_NAME', 'Analysis', 'register', 'get_analysis',
+           'has_mlm_head_class', 'check_needs', 'part_for', 'analysis_tables', 'analyze_many', 'analyze', 'seed_runs',
+           'seed_branches', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'runs_chart', 'Section',
+           'report_section', 'show_section']
 
 # %% ../nbs/05b_registry.ipynb #2e639d8e
 @dataclass
@@ -100,6 +101,18 @@ def get_analysis(name,  # a registered analysis's name, or an `Analysis` (return
                             "built-in ones: probes, reconstruction, attention, knowledge, surgery, weights, finetune)")
     return ANALYSES[name]
 
+# %% ../nbs/05b_registry.ipynb #f3b83eba
+NO_MLM_PRETRAINING = ('electra', 'funnel')   # model types whose *ForPreTraining is a replaced-token discriminator, with no masked-LM head
+
+def has_mlm_head_class(cls: str,             # a transformers class name, as `architectures` in a config.json lists it
+                       model_type: str = '', # the config's model type
+                      ) -> bool:
+    """Whether a model of class `cls` carries a masked-LM head: a `*ForMaskedLM`, or a `*ForPreTraining` whose
+    pre-training heads include one (`BertForPreTraining`, MultiBERTs' class: MLM and next-sentence heads;
+    `AlbertForPreTraining`), not ELECTRA's or Funnel's discriminator."""
+    return cls.endswith('ForMaskedLM') or (cls.endswith('ForPreTraining') and model_type not in NO_MLM_PRETRAINING
+                                           and not cls.startswith(('Electra', 'Funnel')))
+
 # %% ../nbs/05b_registry.ipynb #adc57b84
 NEEDS = {'mlm_head': "a masked-LM head (an ELECTRA or ALE pair: its generator's)",
          'lm_head': "a language-model head: a masked-LM head, or a causal LM's next-token output layer",
@@ -122,8 +135,8 @@ def check_needs(needs: tuple,      # names from `NEEDS`
                             "knowledge, surgery, scoring; or use a run pre-trained with an MLM objective")
     if 'lm_head' in needs and not run.is_pair() and run.is_causal(): return
     if {'mlm_head', 'lm_head'} & set(needs) and not run.is_pair():
-        archs = run.model_config().get('architectures') or []
-        if not any(a.endswith('ForMaskedLM') for a in archs):
+        cfg = run.model_config(); archs = cfg.get('architectures') or []
+        if not any(has_mlm_head_class(a, cfg.get('model_type', '')) for a in archs):
             raise NlEmbryoError(f"{run.path} holds a {', '.join(archs) or 'model'} without a masked-LM head: {what} reads the head's "
                                 "predictions", "use a run pre-trained with an MLM objective (nl-embryo pretrain); analyses that read "
                                 "hidden states only (probes, attention) work on any encoder")
@@ -291,22 +304,43 @@ def analyze(run,                        # a `Run`, a run folder or a model folde
 
 # %% ../nbs/05b_registry.ipynb #d3cee55d
 SEED_DIR = re.compile(r'seed(\d+)')   # the name of a seed's run folder under the folder `pretrain_seeds` writes
+SEED_NAME = re.compile(r'seed[_-]?(\d+)', re.I)   # a seed's folder or branch in a published suite: seed_0 (MultiBERTs), seed0, seed-3
 
-def seed_runs(path,  # a folder: the one `nl_embryo.pretrain.pretrain_seeds` wrote, or any other path
-             ) -> list[Path]:  # its seed run folders (`seed0`, `seed1`, ... holding a config.json) by seed; [] when `path` is not such a folder
-    "The seed run folders of a folder of seeds, by seed ([] for a run folder or any other path)."
+def seed_runs(path,  # a folder: the one `nl_embryo.pretrain.pretrain_seeds` wrote, a parent of `seed_K/` timelines, or any other path
+             ) -> list[Path]:  # its seed folders by seed; [] when `path` is not such a folder
+    """The seed run folders of a folder of seeds, by seed ([] for a run folder or any other path): nl_embryo's
+    (`seed0`, `seed1`, ... holding a config.json), or a published suite's (`seed_0/`, `seed_1/`, ... each a timeline of
+    step folders, as MultiBERTs ships them)."""
     p = Path(path).expanduser()
     if not p.is_dir() or (p/'config.json').exists(): return []
     found = [(int(m.group(1)), q) for q in p.iterdir() if (m := SEED_DIR.fullmatch(q.name)) and (q/'config.json').is_file()]
+    if not found:
+        found = [(int(m.group(1)), q) for q in p.iterdir() if (m := SEED_NAME.fullmatch(q.name)) and q.is_dir() and not q.is_symlink()
+                 and any(c.is_dir() for c in q.iterdir())]
     return [q for _, q in sorted(found)]
+
+def seed_branches(path,  # any path
+                 ) -> list[str]:  # the branch names, by seed; [] unless `path` is a suite of two or more branches, each a seed
+    """The branches of a suite whose branches are its seeds (flat folders `multiberts-seed_0-step_20k`, ... read as
+    branches `seed0`, `seed1`): each is one pre-training seed's timeline. [] for any other path."""
+    from nl_embryo.sources import read_source
+    try: src = read_source(Path(path).expanduser())
+    except (NlEmbryoError, OSError): return []
+    named = [(int(m.group(1)), b) for b in src.branches if (m := SEED_NAME.fullmatch(b or ''))]
+    return [b for _, b in sorted(named)] if len(named) > 1 and len(named) == len(src.branches) else []
 
 def run_labels(runs,  # a dict {label: run}, a list of runs (`Run`s or paths), or one path; a folder of seeds stands for its seed runs
               ) -> dict:  # {label: Run}
     "Label each run: the dict's keys, else each source's folder name (made unique with its parent's name where two agree)."
     if isinstance(runs, dict): return {str(k): Run.coerce(v) for k, v in runs.items()}
     if isinstance(runs, (str, Path, Run)): runs = [runs]
-    runs = [Run.coerce(r) for x in runs for r in (seed_runs(x) if not isinstance(x, Run) and seed_runs(x) else [x])]
-    names = [r.path.stem for r in runs]
+    items = []
+    for x in runs:
+        if isinstance(x, Run): items.append((x, x.path.stem)); continue
+        if folders := seed_runs(x): items += [(r, r.path.stem) for r in map(Run.coerce, folders)]
+        elif branches := seed_branches(x): items += [(Run(x, branch=b), b) for b in branches]     # one run per seed branch
+        else: items.append((r := Run.coerce(x), r.path.stem))
+    runs, names = [r for r, _ in items], [n for _, n in items]
     out = {}
     for r, n in zip(runs, names):
         label = n if names.count(n) == 1 else f"{r.path.parent.name}/{n}"
@@ -317,17 +351,23 @@ def run_labels(runs,  # a dict {label: run}, a list of runs (`Run`s or paths), o
 # %% ../nbs/05b_registry.ipynb #435ad0aa
 def seed_groups(runs: dict,  # {label: Run}, as `run_labels` gives it
                ) -> dict:    # {group label: [run labels]}: the groups of two or more runs that differ only in `seed` (and `out`)
-    """The runs that are seeds of one configuration: nl_embryo runs whose `config.json` agrees but for `seed` and `out`
-    (two or more distinct seeds); a group is labelled by the runs' common folder, else by its first run."""
+    """The runs that are seeds of one configuration: nl_embryo runs whose `config.json` agrees but for `seed` and `out`,
+    or a published suite's seeds (`seed_K` folders of one parent, or `seedK` branches of one suite, as MultiBERTs ships
+    them) (two or more distinct seeds); a group is labelled by the runs' common folder, else by its first run."""
     by = {}
     for label, r in runs.items():
+        if not r.source.owned:                 # a published suite's seeds: seed_K folders of one parent, or seed branches of one suite
+            branch = r.source.branch if len(r.source.branches) > 1 else ''
+            if m := SEED_NAME.fullmatch(branch or r.path.name):
+                by.setdefault(('foreign', str(r.path.resolve() if branch else r.path.resolve().parent)), []).append((label, r, int(m.group(1))))
+            continue
         cfg = r.config.get('config') if isinstance(r.config, dict) else None
         if not isinstance(cfg, dict) or 'seed' not in cfg: continue
         by.setdefault(options_key({k: v for k, v in cfg.items() if k not in ('seed', 'out')}), []).append((label, r, cfg['seed']))
     out = {}
     for members in by.values():
         if len({s for _, _, s in members}) < 2: continue
-        parents = {r.path.resolve().parent for _, r, _ in members}
+        parents = {r.path.resolve() if len(r.source.branches) > 1 else r.path.resolve().parent for _, r, _ in members}
         name = (parents.pop().name if len(parents) == 1 else members[0][0]) + f' ({len(members)} seeds)'
         while name in runs or name in out: name += "'"
         out[name] = [label for label, _, _ in members]

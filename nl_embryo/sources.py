@@ -51,7 +51,7 @@ class Checkpoint:
     step: int                   # the training step (from the folder's name, the trainer state or the mapping file)
     path: Path                  # the folder that holds the model (config.json and weights)
     tokens: int | None = None   # tokens seen at this step, where the source says
-    weights: str = 'safetensors'  # 'safetensors'; else why it is skipped: 'pickle only' (with the conversion), 'none', 'incomplete' (a weight file cut short or garbled) or 'refused' (links out of the folder, custom code)
+    weights: str = 'safetensors'  # 'safetensors'; else why it is skipped: 'pickle only' (with the conversion), 'none', 'incomplete' (a weight file cut short or garbled, or a Trainer checkpoint whose trainer_state.json is not written yet) or 'refused' (links out of the folder, custom code)
     model_class: str = ''       # the model class its config.json names
     tokenizer: Path | None = None  # the folder its tokenizer is read from (the checkpoint's own, or the source's)
     note: str = ''              # why it is skipped, when it is
@@ -201,6 +201,20 @@ class Source:
                                   skipped=c.note) for c in sorted(every, key=lambda c: (c.branch, c.step))],
                             columns=['branch', 'step', 'tokens', 'folder', 'weights', 'model_class', 'tokenizer', 'skipped'])
 
+# %% ../nbs/04d_sources.ipynb #ef3cdc2f
+def _still_written(cks: dict,  # {step: Checkpoint} of one branch
+                  ) -> dict:   # the same, a Trainer checkpoint without its trainer_state.json marked 'incomplete'
+    """A Trainer writes `trainer_state.json` last when it saves `checkpoint-N`: in a run whose other checkpoints have one,
+    a `checkpoint-N` with weights but none is still being written (or its save was cut off), and is listed as
+    'incomplete', to be analysed once the file is there."""
+    trainer = [c for c in cks.values() if c.path.name.startswith('checkpoint-') and c.weights != 'refused']
+    if not any((c.path/'trainer_state.json').is_file() for c in trainer): return cks
+    for c in trainer:
+        if c.weights == 'safetensors' and not (c.path/'trainer_state.json').is_file():
+            c.weights, c.note = 'incomplete', ("no trainer_state.json yet (a Trainer writes it last): still being written, or its save was cut off; "
+                                               "it is analysed once the file is there")
+    return cks
+
 # %% ../nbs/04d_sources.ipynb #c539e4e0
 def _has_tokenizer(p: Path, root: Path | None = None) -> bool:
     "Whether `p` holds tokenizer files that can be read: none of them a link out of `root`, no custom code."
@@ -230,7 +244,7 @@ def _from_children(path: Path, children: dict, root: Path | None, branch: str | 
     lender = path if _has_tokenizer(path, root) else None
     branches = {}
     for b, kids in by.items():
-        cks = {s: describe_checkpoint(s, p, t, None, root) for s, (p, t) in kids.items()}
+        cks = _still_written({s: describe_checkpoint(s, p, t, None, root) for s, (p, t) in kids.items()})
         tok = lender or next((c.path for s, c in sorted(cks.items(), reverse=True) if c.weights != 'refused' and _has_tokenizer(c.path, root)), None)
         for c in cks.values():
             c.branch = b

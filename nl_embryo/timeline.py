@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_timeline.ipynb #e3ac9417
 from __future__ import annotations
-import contextlib, ctypes, gc, hashlib, inspect, io, json, sys, warnings
+import contextlib, ctypes, gc, hashlib, inspect, io, json, re, sys, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -73,11 +73,14 @@ def options_key(options: dict,  # analysis options: nested dicts, lists and tupl
 # %% ../nbs/05_timeline.ipynb #ffaa00c1
 EVAL_TEXT_FILE = 'eval_text.json'   # in the analysis folder of a source nl_embryo did not write: the eval text it is measured on
 
-def default_analysis_home(path,  # a timeline source nl_embryo did not write
-                         ) -> Path:  # `<data cache>/timelines/<name>-<8 hex digits of its absolute path>`
-    "The default analysis folder of a source nl_embryo did not write: in the data cache, one per source path."
+def default_analysis_home(path,          # a timeline source nl_embryo did not write
+                          branch: str = '', # of a suite with several branches: the one analysed ('' for one)
+                         ) -> Path:  # `<data cache>/timelines/<name>[-<branch>]-<8 hex digits of its absolute path and branch>`
+    "The default analysis folder of a source nl_embryo did not write: in the data cache, one per source path and branch."
     path = Path(path).expanduser().resolve()
-    return cache_path('timelines', f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}")
+    key = str(path) + (f'\0{branch}' if branch else '')
+    tag = f"-{re.sub(r'[^A-Za-z0-9_.-]', '_', branch)}" if branch else ''
+    return cache_path('timelines', f"{path.stem}{tag}-{hashlib.sha256(key.encode()).hexdigest()[:8]}")
 
 # %% ../nbs/05_timeline.ipynb #69472f99
 def _read_timeline(path, follow_links: bool, branch) -> tuple[Path, 'Source']:
@@ -115,7 +118,8 @@ class Run:
                 warnings.warn(f"{self.path} is a run of nl_embryo: its analyses go to {self.path/'analysis'} and are measured on its "
                               f"corpus' eval split, so {' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored", stacklevel=2)
         else:
-            self.home = Path(out).expanduser() if out is not None else default_analysis_home(self.path)
+            self.home = (Path(out).expanduser() if out is not None else
+                         default_analysis_home(self.path, self.source.branch if len(self.source.branches) > 1 else ''))   # each branch its own folder
             # the folders nl_embryo must not write into: the source folder, or for a mapping file the folders it lists
             guarded = [c.path for c in self.source.checkpoints.values()] if self.source.kind == 'mapping' else [self.path]
             home = self.home.resolve()

@@ -474,6 +474,35 @@ def test_surgery_of_a_foreign_timeline_needs_an_eval_text_and_measures_the_one_n
     assert tree_digest(suite) == before
 
 
+def test_a_checkpoint_still_being_written_is_skipped_and_analysed_once_complete(tmp_path, capsys, trainer_out):
+    "A newest checkpoint-8 as a Trainer leaves it mid-save: first its weights cut short, then whole but no trainer_state.json yet, then done."
+    from nl_embryo.analysis import analyze
+    run_dir = tmp_path/'run'
+    shutil.copytree(trainer_out, run_dir)
+    new = run_dir/'checkpoint-8'
+    shutil.copytree(run_dir/'checkpoint-6', new, ignore=shutil.ignore_patterns('trainer_state.json'))
+    full = (new/'model.safetensors').read_bytes()
+    (new/'model.safetensors').write_bytes(full[:len(full) // 2])                 # the weights half written
+    states = {}
+    for stage in ('cut short', 'no trainer_state.json yet', 'complete'):
+        if stage == 'no trainer_state.json yet': (new/'model.safetensors').write_bytes(full)
+        if stage == 'complete': shutil.copy(run_dir/'checkpoint-6'/'trainer_state.json', new/'trainer_state.json')
+        src = read_source(run_dir)
+        states[stage] = src.checkpoints[8].weights
+        rc, said = cli(capsys, 'analyze', run_dir, '--out', tmp_path/'A', '--probes', 'pos', '--quiet')
+        assert rc == 0, said[-2000:]
+        steps = sorted(set(pd.read_parquet(tmp_path/'A'/'analysis'/'probes.parquet')['step']))
+        if stage != 'complete':
+            assert src.steps() == [2, 4, 6] and steps == [2, 4, 6], (stage, src.table())
+            assert stage in src.checkpoints[8].note, src.checkpoints[8].note
+            rc, said = cli(capsys, 'timeline', run_dir, '--out', tmp_path/'A')
+            assert rc == 0 and 'incomplete' in said and stage in said, said[-2000:]
+        else: assert src.steps() == [2, 4, 6, 8] and steps == [2, 4, 6, 8]        # complete: analysed, the rest from the cache
+    assert states == {'cut short': 'incomplete', 'no trainer_state.json yet': 'incomplete', 'complete': 'safetensors'}
+    digests = json.loads((tmp_path/'A'/'source.json').read_text())['digests']
+    assert digests['8'] == content_digest(new)                                   # the digest of the complete file, never of the cut one
+
+
 def test_a_trainer_timeline_leaves_the_plateau_against_the_named_eval_text(tmp_path, capsys, trainer_out):
     from nl_embryo.timeline import unigram_entropy_of
     assert 'left the unigram plateau' not in set(Run(trainer_out, out=tmp_path/'none').phases()['phase'])   # no eval text named: no mark
