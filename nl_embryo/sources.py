@@ -320,6 +320,31 @@ def _read_hub_cache(path: Path, follow_links: bool = False, branch: str | None =
     s = _from_children(path, children, root, branch); s.kind = 'hub cache'; s.notes = notes + s.notes
     return s
 
+# %% ../nbs/04d_sources.ipynb #429f2228
+def _read_hub_root(path: Path, repos: list, follow_links: bool = False, branch: str | None = None) -> Source:
+    """A hub cache root of one repository per checkpoint whose names carry the step (MultiBERTs' `models--google--multiberts-seed_0-step_20k`,
+    ...): each repository's `main` revision (else its only one) is the checkpoint; the seed or stage in a name is its branch.
+    Nothing outside the cache root is read."""
+    children, notes = {}, []
+    root = None if follow_links else Path(os.path.realpath(path))
+    for repo in repos:
+        parsed = parse_step_name(repo.name)
+        if parsed is None: notes.append(f"repository {repo.name!r}: its name is not a step"); continue
+        refs = sorted(r for r in (repo/'refs').iterdir())
+        ref = next((r for r in refs if r.name == 'main'), refs[0] if len(refs) == 1 else None)
+        if ref is None: notes.append(f"repository {repo.name!r}: no main revision and {len(refs)} others, none read"); continue
+        if root is not None and not inside(ref, root): notes.append(f"repository {repo.name!r}: refs/{ref.name} is a link out of the cache, not read"); continue
+        commit = ref.read_text(errors='replace').strip() if ref.is_file() else ''
+        snap = repo/'snapshots'/commit
+        if not _COMMIT_RE.match(commit) or not snap.is_dir(): notes.append(f"repository {repo.name!r}: refs/{ref.name} names no snapshot in the cache"); continue
+        key = (branch_of(repo.name), parsed[0])
+        if key in children: notes.append(f"repository {repo.name!r}: step {key[1]} has another repository too; the first in name order is read"); continue
+        children[key] = (snap, parsed[1])
+    if not children: raise NlEmbryoError(f"{path} is a hub cache of {len(repos)} repositories, none a readable step ({'; '.join(notes[:3])})",
+                                         "pass one repository folder (models--ORG--NAME)")
+    s = _from_children(path, children, root, branch); s.kind = 'hub cache'; s.notes = notes + s.notes
+    return s
+
 # %% ../nbs/04d_sources.ipynb #c330e295
 def read_source(path,  # a run folder, a Trainer output folder, a folder of step folders, a hub-cache repository, a mapping file or a model folder
                 follow_links: bool = False,  # read through links that leave the folder (a suite of your own on another disk); False: a checkpoint with one is refused
@@ -336,8 +361,9 @@ def read_source(path,  # a run folder, a Trainer output folder, a folder of step
     if (path/'checkpoints').is_dir(): return Source(path, 'nl_embryo', root=Path(os.path.realpath(path)))
     if (path/'refs').is_dir() and (path/'snapshots').is_dir(): return _read_hub_cache(path, follow_links, branch)
     repos = sorted(p for p in path.glob('models--*') if (p/'refs').is_dir())
-    if repos:      # a hub cache root: one repository is read, several must be chosen from
+    if repos:      # a hub cache root: one repository is read; several are one timeline when their names carry the step, else chosen from
         if len(repos) == 1: return _read_hub_cache(repos[0], follow_links, branch)
+        if sum(parse_step_name(p.name) is not None for p in repos) > 1: return _read_hub_root(path, repos, follow_links, branch)
         raise NlEmbryoError(f"{path} is a hub cache of {len(repos)} repositories", f"pass one of them: {', '.join(p.name for p in repos[:6])}")
     root = None if follow_links else Path(os.path.realpath(path))
     children = _step_children(path)

@@ -122,9 +122,9 @@ def test_analyze_names_the_anomalies_marks_the_steps_and_can_leave_them_out(tmp_
     assert tree(bad) == before                                  # nothing written into the source
 
 
-@pytest.mark.parametrize('name', ['demo', 'demo-gpt-neox'])
+@pytest.mark.parametrize('name', ['demo', 'demo-gpt-neox', *(f'l1-seeds-{c}-seed{s}' for c in ('nested-zipf', 'random') for s in (0, 1, 2))])
 def test_the_misplaced_rule_raises_nothing_on_nl_embryos_own_runs_and_names_a_swap(name):
-    "The stored distance series of the demo and the causal demo (nbs/data/integrity): no false alarm; two checkpoints swapped: named."
+    "The stored distance series of the demo, the causal demo and the L1 experiment's seeded runs (nbs/data/integrity): no false alarm; two checkpoints swapped: named."
     import pandas as pd
     from nl_embryo.integrity import misplaced_steps
     t = pd.read_csv(Path(__file__).resolve().parents[1]/'nbs'/'data'/'integrity'/f'{name}.csv')

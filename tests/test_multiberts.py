@@ -119,3 +119,34 @@ def test_multiberts_seed_layouts_give_one_table_with_intervals_over_seeds(tmp_pa
     mean = acc.set_index(['step', 'layer'])['value']
     assert np.allclose(mean.sort_index(), per_seed.sort_index())                        # the pooled row: the mean over seeds
     assert (acc['lo'] <= acc['value']).all() and (acc['value'] <= acc['hi']).all() and (acc['hi'] > acc['lo']).all()
+
+
+def hub_root_of(tmp_path, layouts) -> Path:
+    "A hub cache root as downloading google/multiberts-seed_K-step_Nk leaves it: one repository per checkpoint, snapshots linked into blobs/."
+    import hashlib
+    hub = tmp_path/'hub'
+    for ck in sorted((layouts/'flat').iterdir()):
+        repo = hub/f'models--google--{ck.name}'
+        commit = hashlib.sha1(ck.name.encode()).hexdigest()
+        for f in ck.iterdir():
+            blob = hashlib.sha256(f.read_bytes()).hexdigest()
+            (repo/'blobs').mkdir(parents=True, exist_ok=True); shutil.copy(f, repo/'blobs'/blob)
+            (repo/'snapshots'/commit).mkdir(parents=True, exist_ok=True)
+            (repo/'snapshots'/commit/f.name).symlink_to(Path('..')/'..'/'blobs'/blob)
+        (repo/'refs').mkdir(); (repo/'refs'/'main').write_text(commit)
+    return hub
+
+
+def test_a_hub_root_of_one_repository_per_step_is_one_timeline_per_seed(tmp_path, capsys, seed_layouts):
+    from conftest import cli
+    from nl_embryo.sources import read_source
+    hub = hub_root_of(tmp_path, seed_layouts)
+    src = read_source(hub)
+    assert src.kind == 'hub cache' and sorted(src.branches) == ['seed0', 'seed1'] and src.branch is None
+    assert sorted(read_source(hub, branch='seed1').checkpoints) == [0, 20000] and Run(hub, branch='seed0', out=tmp_path/'one').steps() == [0, 20000]
+    rc, said = cli(capsys, 'analyze', hub, '--out', tmp_path/'A', '--probes', 'pos', '--quiet')
+    assert rc == 0 and 'pooled over 2 pre-training seeds' in said, said[-2000:]
+    df = pd.read_parquet(tmp_path/'A'/'analysis'/'probes.parquet')
+    assert list(df['run'].unique()) == ['seed0', 'seed1', 'hub (2 seeds)']
+    flat = pd.read_parquet(next((tmp_path/'A').glob('0-seed0'))/'analysis'/'probes.parquet')
+    assert sorted(set(flat['step'])) == [0, 20000]
