@@ -4,14 +4,29 @@
 
 # %% ../nbs/05g_acquisition.ipynb #3179a7ab
 from __future__ import annotations
-import warnings
+import functools, warnings
 
 import numpy as np
+import pandas as pd
+import torch
 
-from .core import NlEmbryoError
+from .core import NlEmbryoError, autocast_dtype
+from .catalog import CATALOG
+from .data import load_brown_tagged
+from .models import is_causal, lm_head, max_positions
+from .reconstruction import brown_eval_sentences, masked_lm_head, context_token
+from .registry import Analysis, part_for, register
+from .splits import eval_sentence_ids
+from .stats import t_interval
+from .timeline import Run
+from .words import align_words, token_batches, words_frame
 
 # %% auto #0
-__all__ = ['sigmoid_surprisal', 'sigmoid_crossing', 'fit_sigmoid', 'acquisition_age']
+__all__ = ['FUNCTION_POS', 'CONTENT_POS', 'MIN_CONTEXTS', 'ACQUISITION_VERSION', 'ACQUISITION', 'sigmoid_surprisal',
+           'sigmoid_crossing', 'fit_sigmoid', 'acquisition_age', 'word_class', 'brown_vocabulary', 'acquisition_data',
+           'acquisition_checkpoint', 'exposure_counts', 'acquisition_inputs', 'acquisition_summary',
+           'acquisition_findings', 'acquisition_curves_chart', 'acquisition_frequency_chart', 'acquisition_charts',
+           'acquisition_section']
 
 # %% ../nbs/05g_acquisition.ipynb #07d33990
 def sigmoid_surprisal(x,      # log10 steps (a number or an array)
@@ -40,40 +55,360 @@ def sigmoid_crossing(upper, lower, xmid, scale,  # the sigmoid's parameters (`si
     return x if x.ndim else float(x)
 
 # %% ../nbs/05g_acquisition.ipynb #5ce4a201
-def fit_sigmoid(x,  # log10 steps, at least 4 distinct values
-                y,  # the surprisal at each
-               ) -> tuple[float, float, float, float] | None:  # (upper, lower, xmid, scale), or None when the fit fails
+def fit_sigmoid(x,             # log10 steps, at least 4 distinct values
+                y,             # the surprisal at each
+                sigma=None,    # the standard error of each `y` (None: unweighted least squares)
+                cov: bool = False,  # also return the parameters' covariance (with `sigma`: in absolute terms)
+               ):              # (upper, lower, xmid, scale), with `cov` ((...), 4x4 covariance); None when the fit fails
     "Least-squares fit of `sigmoid_surprisal` to (x, y), started from the curve's own range and midpoint; None when it does not converge."
     from scipy.optimize import curve_fit
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(np.unique(x)) < 4: return None
     mid = x[np.argmin(np.abs(y - (y.max() + y.min()) / 2))]
     p0 = (y.max(), y.min(), mid, max((x.max() - x.min()) / 8, 1e-3))
+    s = None if sigma is None else np.maximum(np.nan_to_num(np.asarray(sigma, dtype=float), nan=0.0), 1e-3)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
-            p, _ = curve_fit(sigmoid_surprisal, x, y, p0=p0, maxfev=20000)
+            p, pc = curve_fit(sigmoid_surprisal, x, y, p0=p0, sigma=s, absolute_sigma=s is not None, maxfev=20000)
     except (RuntimeError, ValueError): return None
-    return tuple(float(v) for v in p) if np.all(np.isfinite(p)) else None
+    if not np.all(np.isfinite(p)): return None
+    p = tuple(float(v) for v in p)
+    return (p, pc) if cov else p
 
 # %% ../nbs/05g_acquisition.ipynb #0d26ee0b
 def acquisition_age(steps,     # the checkpoints' steps (step 0 is left out: it has no log10)
                     surprisal, # the word's mean surprisal (bits) at each step
                     chance,    # the surprisal of chance: log2 of the vocabulary size
-                   ) -> dict:  # aoa (log10 steps), acquired, cutoff, upper, lower, xmid, scale, r2
+                    n_draws: int = 2000,  # parameter draws for the age's interval (0: none)
+                    seed: int = 0,        # their seed
+                   ) -> dict:  # aoa (log10 steps), lo, hi, acquired, cutoff, upper, lower, xmid, scale, r2, fit (how the age was found)
     """The age of acquisition of one word (Chang and Bergen 2022): fit `sigmoid_surprisal` over log10 steps, and return
     where it falls through the midpoint between `chance` and the lowest surprisal the curve reaches (`sigmoid_crossing`).
     A word that has not fallen through it by the last step (a flat or rising curve, a fit that fails) is not `acquired`
-    and gets the last step's log10, as in their tables. `r2`: the share of the curve's variance the fit explains."""
+    and gets the last step's log10, as in their tables; one whose sigmoid crossed before the first checkpoint after step 0,
+    or whose every surprisal is already below the midpoint, gets that checkpoint's log10 (the timeline cannot place it
+    earlier). `r2`: the share of the curve's variance the fit explains. `lo` and `hi` bound the 95% interval of the age
+    over parameters drawn from the fit's covariance (estimated from its residuals; widened to hold the age itself)."""
     steps, y = np.asarray(steps, dtype=float), np.asarray(surprisal, dtype=float)
     if steps.shape != y.shape: raise NlEmbryoError(f"{len(steps)} steps but {len(y)} surprisals", "pass one surprisal per step")
     keep = (steps > 0) & np.isfinite(y)
     x, y = np.log10(steps[keep]), y[keep]
     if len(x) < 4: raise NlEmbryoError(f"{len(x)} checkpoints after step 0 with a surprisal: a sigmoid needs at least 4", "measure more checkpoints")
-    cutoff, max_x = (chance + y.min()) / 2, float(x.max())
-    p = fit_sigmoid(x, y)
-    if p is None: return dict(aoa=max_x, acquired=False, cutoff=cutoff, upper=np.nan, lower=np.nan, xmid=np.nan, scale=np.nan, r2=np.nan)
-    aoa = sigmoid_crossing(*p, cutoff=cutoff, max_x=max_x)
-    resid, total = ((y - sigmoid_surprisal(x, *p)) ** 2).sum(), ((y - y.mean()) ** 2).sum()
-    return dict(aoa=float(aoa), acquired=bool(aoa < max_x), cutoff=float(cutoff), upper=p[0], lower=p[1], xmid=p[2], scale=p[3],
-                r2=float(1 - resid / total) if total > 0 else np.nan)
+    cutoff, min_x, max_x = (chance + y.min()) / 2, float(x.min()), float(x.max())
+    fit = fit_sigmoid(x, y, cov=True)
+    p, pc = fit if fit else ((np.nan,) * 4, None)
+    out = dict(cutoff=float(cutoff), upper=p[0], lower=p[1], xmid=p[2], scale=p[3], r2=np.nan)
+    if fit:
+        resid, total = ((y - sigmoid_surprisal(x, *p)) ** 2).sum(), ((y - y.mean()) ** 2).sum()
+        out['r2'] = float(1 - resid / total) if total > 0 else np.nan
+    if (y < cutoff).all():          # below the midpoint from the first checkpoint on
+        return dict(aoa=min_x, lo=min_x, hi=min_x, acquired=True, **out, fit='below the midpoint from the first checkpoint')
+    if not fit: return dict(aoa=max_x, lo=np.nan, hi=np.nan, acquired=False, **out, fit='the sigmoid fit did not converge')
+    age = lambda q: np.clip(sigmoid_crossing(*q, cutoff=cutoff, max_x=max_x), min_x, max_x)
+    aoa, lo, hi = float(age(p)), np.nan, np.nan
+    if n_draws and np.all(np.isfinite(pc)):
+        a = age(np.random.default_rng(seed).multivariate_normal(p, pc, n_draws, check_valid='ignore').T)
+        lo, hi = min(float(np.quantile(a, .025)), aoa), max(float(np.quantile(a, .975)), aoa)
+    return dict(aoa=aoa, lo=lo, hi=hi, acquired=bool(aoa < max_x), **out, fit='fitted')
+
+# %% ../nbs/05g_acquisition.ipynb #a601e508
+FUNCTION_POS = ('DET', 'ADP', 'CONJ', 'PRON', 'PRT')   # closed-class universal tags: determiners, adpositions, conjunctions, pronouns, particles
+CONTENT_POS = ('NOUN', 'VERB', 'ADJ', 'ADV')            # open-class universal tags
+MIN_CONTEXTS = 16                                       # held-out contexts a word needs (the default of `n_contexts`)
+ACQUISITION_VERSION = 1                                 # bump to invalidate cached results when acquisition_checkpoint changes
+
+def word_class(upos: str,  # a universal tag (Brown's `upos`), e.g. 'DET' or 'NOUN'
+              ) -> str:    # 'function', 'content' or 'other'
+    "'function' for a closed-class tag, 'content' for an open-class one, 'other' for the rest (numbers, punctuation, X)."
+    return 'function' if upos in FUNCTION_POS else 'content' if upos in CONTENT_POS else 'other'
+
+@functools.lru_cache(maxsize=1)
+def brown_vocabulary() -> pd.DataFrame:
+    """Per lower-case alphabetic word of Brown: `pos` (its most frequent universal tag), `word_class`, `frequency` (its
+    count in the training documents, those the split registry leaves to training) and `eval_count` (in the evaluation ones)."""
+    b = load_brown_tagged()
+    word = b['word'].astype(str)
+    keep = word.str.fullmatch(r'[a-z]+').to_numpy()
+    ev = b['sent_id'].isin(eval_sentence_ids('brown')).to_numpy()[keep]
+    d = pd.DataFrame({'word': word[keep].to_numpy(), 'upos': b['upos'].astype(str).to_numpy()[keep], 'eval': ev})
+    pos = (d.groupby(['word', 'upos']).size().rename('n').reset_index().sort_values(['n', 'upos'], ascending=[False, True])
+           .drop_duplicates('word').set_index('word')['upos'])
+    out = pd.DataFrame({'pos': pos, 'frequency': d[~d['eval']].groupby('word').size(), 'eval_count': d[d['eval']].groupby('word').size()})
+    out[['frequency', 'eval_count']] = out[['frequency', 'eval_count']].fillna(0).astype(np.int64)
+    return out.assign(word_class=out['pos'].map(word_class)).sort_index()
+
+# %% ../nbs/05g_acquisition.ipynb #c346935f
+def acquisition_data(tokenizer,                     # the model's fast tokenizer: a context counts where the word is one piece
+                     n_contexts: int = MIN_CONTEXTS, # held-out contexts per word; a word with fewer is left out
+                     max_words: int = 200,          # the most words, taken evenly over the frequency ranks of those that qualify
+                     seed: int = 0,                 # seed of the draw of each word's contexts
+                     max_sentence_words: int = 40,  # read only sentences of 3 to this many words
+                     causal: bool = False,          # contexts for next-word surprisal (the word needs a left context) instead of the masked word's
+                     lead: int | None = None,       # a causal LM's token put in front of every sentence (`context_token`), so a first word has a left context
+                     max_length: int = 512,         # the longest input in pieces
+                    ) -> dict:                      # `seqs`, `contexts`, `causal`, `n_contexts`
+    """The contexts of `acquisition_checkpoint`: `seqs` (the chosen sentences' piece ids, `lead` in front), and `contexts`,
+    one row per (word, context): `word`, `sent` (its sequence), `piece` (the word's position there), `target` (its id),
+    and from `brown_vocabulary` its `pos`, `word_class` and `frequency`. Words qualify as the text above says."""
+    if n_contexts < 2 or max_words < 1: raise NlEmbryoError(f"n_contexts={n_contexts}, max_words={max_words}", "use n_contexts >= 2 and max_words >= 1 (defaults: 16, 200)")
+    b, _, starts, ends = brown_eval_sentences()
+    voc = brown_vocabulary()
+    fit = np.flatnonzero((ends - starts >= 3) & (ends - starts <= max_sentence_words))
+    w = b['word'].to_numpy()
+    texts, words = words_frame([w[starts[i]:ends[i]].tolist() for i in fit])
+    al = align_words(tokenizer, texts, words, max_length - (lead is not None))
+    one = al.n_pieces == 1
+    pos, target = np.full(len(words), -1), np.full(len(words), -1)
+    pos[al.word_row[one[al.word_row]]] = al.piece_pos[one[al.word_row]]
+    pos = pos + (lead is not None)
+    seqs = [np.concatenate([[lead], s]).astype(np.int64) if lead is not None else s for s in al.input_ids]
+    sent = words['sent'].to_numpy()
+    ok = one & words['word'].isin(voc.index).to_numpy() & (pos >= (1 if causal else 0))
+    target[ok] = [seqs[s][p] for s, p in zip(sent[ok], pos[ok])]
+    c = pd.DataFrame({'word': words['word'].to_numpy()[ok], 'sent': sent[ok], 'piece': pos[ok], 'target': target[ok]})
+    top = c.groupby(['word', 'target']).size().rename('n').reset_index().sort_values(['n', 'target'], ascending=[False, True]).drop_duplicates('word')
+    c = c[c['target'].to_numpy() == top.set_index('word')['target'].loc[c['word']].to_numpy()]     # one piece id per word
+    counts = c['word'].value_counts()
+    qual = voc.loc[counts[counts >= n_contexts].index].sort_values(['frequency', 'eval_count'], ascending=False)
+    if qual.empty: raise NlEmbryoError(f"no word is one piece of this tokenizer in {n_contexts} held-out contexts", "lower n_contexts (at least 2)")
+    pick = qual.index[np.unique(np.round(np.linspace(0, len(qual) - 1, min(max_words, len(qual)))).astype(int))]
+    rng = np.random.default_rng(seed)
+    c = c[c['word'].isin(pick)]
+    c = c.loc[np.concatenate([rng.choice(idx, n_contexts, replace=False) for _, idx in sorted(c.groupby('word').groups.items())])]
+    used = np.unique(c['sent'].to_numpy())
+    c = c.assign(sent=np.searchsorted(used, c['sent'].to_numpy()), pos=voc.loc[c['word'], 'pos'].to_numpy(),
+                 word_class=voc.loc[c['word'], 'word_class'].to_numpy(), frequency=voc.loc[c['word'], 'frequency'].to_numpy())
+    return dict(seqs=[seqs[i] for i in used], contexts=c.sort_values(['word', 'sent', 'piece']).reset_index(drop=True), causal=causal, n_contexts=n_contexts)
+
+# %% ../nbs/05g_acquisition.ipynb #c0079ab1
+def _log_probs(model, head, seqs, positions, targets, pad, batch_tokens, device) -> tuple[list, int]:
+    "(per sequence, log p(targets[i]) in nats that `head` gives at `positions[i]` of `seqs[i]`; the output vocabulary's size)."
+    base = getattr(model, 'base_model', model)
+    lengths = np.array([len(s) for s in seqs]); out = [None] * len(seqs); amp = autocast_dtype(device); V = 0
+    with torch.no_grad():
+        for batch in token_batches(lengths, batch_tokens):
+            T = int(lengths[batch].max())
+            ids = torch.full((len(batch), T), pad, dtype=torch.long); att = torch.zeros((len(batch), T), dtype=torch.long)
+            for b, i in enumerate(batch): ids[b, :lengths[i]] = torch.from_numpy(seqs[i]); att[b, :lengths[i]] = 1
+            flat = torch.from_numpy(np.concatenate([b * T + positions[i] for b, i in enumerate(batch)])).to(device)
+            tgt = torch.from_numpy(np.concatenate([targets[i] for i in batch])).to(device)
+            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                h = base(input_ids=ids.to(device), attention_mask=att.to(device)).last_hidden_state
+                logits = head(h.flatten(0, 1)[flat])
+            V = int(logits.shape[-1])
+            lp = torch.log_softmax(logits.float(), -1).gather(1, tgt[:, None])[:, 0].cpu().numpy()
+            k = 0
+            for i in batch: out[i] = lp[k:k + len(positions[i])]; k += len(positions[i])
+    return out, V
+
+def acquisition_checkpoint(model,                    # a masked LM (its MLM head) or a causal LM (its output layer)
+                           tokenizer,                # its tokenizer (the pad and mask ids are read)
+                           data: dict,               # `acquisition_data` for this model's family
+                           batch_tokens: int = 8192, # tokens per forward pass (padding included)
+                          ) -> pd.DataFrame:         # one row per word
+    """Per word: its mean surprisal (bits) over its held-out contexts, the masked word's (a masked LM) or the next word's
+    (a causal LM), with Student's t interval over the contexts; `chance` is log2 of the output vocabulary."""
+    causal = is_causal(model)
+    if causal != data['causal']: raise NlEmbryoError("the contexts were drawn for the other family of model", "build them with acquisition_inputs(run)")
+    head = lm_head(model) if causal else masked_lm_head(model)
+    device = next(model.parameters()).device
+    c, seqs = data['contexts'], data['seqs']
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    piece, target = c['piece'].to_numpy(), c['target'].to_numpy()
+    if causal:      # one pass per sentence, every context of it read at once (at the piece before the word)
+        groups = list(c.groupby('sent').indices.items())
+        lp, V = _log_probs(model, head, [seqs[s] for s, _ in groups], [piece[ix] - 1 for _, ix in groups], [target[ix] for _, ix in groups],
+                           pad, batch_tokens, device)
+        per = np.empty(len(c))
+        for (_, ix), v in zip(groups, lp): per[ix] = v
+    else:           # one copy per context, the word masked (as Chang and Bergen)
+        mask = tokenizer.mask_token_id
+        if mask is None: raise NlEmbryoError(f"{type(tokenizer).__name__} has no mask token", "use the tokenizer the masked LM was trained with")
+        inp = []
+        for s, p in zip(c['sent'], piece): x = seqs[s].copy(); x[p] = mask; inp.append(x)
+        lp, V = _log_probs(model, head, inp, [np.array([p]) for p in piece], [np.array([t]) for t in target], pad, batch_tokens, device)
+        per = np.concatenate(lp)
+    bits, rows = -per / np.log(2), []
+    for w, ix in c.groupby('word', sort=True).indices.items():
+        m, lo, hi = t_interval(bits[ix]); r = c.iloc[ix[0]]
+        rows.append(dict(word=w, metric='surprisal', value=m, lo=lo, hi=hi, n=len(ix), chance=float(np.log2(V)), pos=r['pos'],
+                         word_class=r['word_class'], frequency=int(r['frequency']), piece_id=int(r['target']), prediction='next-word' if causal else 'masked'))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/05g_acquisition.ipynb #3dae16b3
+def exposure_counts(run,              # a `Run`: one of nl_embryo's own runs (another timeline gives {})
+                    pieces: dict,     # word -> its piece id
+                    steps: dict,      # word -> the optimizer step before which occurrences are counted
+                   ) -> dict:         # word -> occurrences of its piece in the training blocks of steps 0 .. step-1
+    "Per word, how many times its piece was read in training before `steps[word]`: the run's own data order, rebuilt."
+    from types import SimpleNamespace
+    from nl_embryo.corpora import load_corpus
+    from nl_embryo.pretrain import batch_rows, batch_size_at, data_position
+    info = run.config if run.source.owned else {}
+    cfg = info.get('config') if isinstance(info, dict) else None
+    if not cfg or not steps: return {}
+    try: corpus = load_corpus(cfg['corpus'], cfg['block_size'], cfg['vocab_size'], cfg.get('corpus_tokens'), build=False)
+    except (NlEmbryoError, KeyError, OSError): return {}
+    if corpus.header.get('tokenizer_hash') != (info.get('corpus') or {}).get('tokenizer_hash'): return {}
+    c = SimpleNamespace(batch_size=cfg['batch_size'], batch_ramp=cfg.get('batch_ramp', 0.0), steps=cfg['steps'])
+    unit = int(info.get('processes', 1) or 1) * int(cfg.get('grad_accum', 1) or 1)
+    words = list(steps); ids = np.array([pieces[w] for w in words]); until = np.array([steps[w] for w in words])
+    order = np.argsort(until); counts, out, k, seen = np.zeros(len(words), np.int64), {}, 0, 0
+    lut = np.full(max(int(ids.max()) + 1, 1), -1); lut[ids] = np.arange(len(ids))
+    train = corpus.train
+    for step in range(int(until.max()) if len(until) else 0):
+        while k < len(order) and until[order[k]] <= step: out[words[order[k]]] = int(counts[order[k]]); k += 1
+        B = batch_size_at(step, c, unit)
+        tokens = np.asarray(train[batch_rows(step, B, len(train), cfg['seed'], position=data_position(step, c, unit))]).ravel()
+        hit = lut[tokens[tokens < len(lut)]]
+        counts += np.bincount(hit[hit >= 0], minlength=len(words))
+    for j in order[k:]: out[words[j]] = int(counts[j])
+    return out
+
+# %% ../nbs/05g_acquisition.ipynb #9bbdd597
+def acquisition_inputs(run,                           # the run (a `Run` or its path): its tokenizer and family choose the contexts
+                       n_contexts: int = MIN_CONTEXTS, # held-out contexts per word
+                       max_words: int = 200,          # the most words
+                       seed: int = 0,                 # seed of the contexts' draw
+                       max_sentence_words: int = 40,  # the longest sentence read, in words
+                      ) -> list[dict]:                # one `acquisition_data` dict
+    "The data of `acquisition_checkpoint` for `run`: `acquisition_data` for its tokenizer, its family and its model's positions."
+    run = Run.coerce(run); tok = run.tokenizer(); causal = run.is_causal()
+    positions = max_positions(run.model_config(part=part_for(('lm_head',), run))) or 512
+    return [acquisition_data(tok, n_contexts, max_words, seed, max_sentence_words, causal=causal,
+                             lead=context_token(tok) if causal else None, max_length=min(512, positions))]
+
+def acquisition_summary(run,           # the run (not read: the ages come from the tables)
+                        tables: dict,  # `acquisition_surprisal`: every step of one option set
+                       ) -> dict:      # {'acquisition': one row per word}
+    "Table `acquisition`: per word, `acquisition_age` over every step of its surprisal curve, with the age's interval."
+    d = tables['acquisition_surprisal']; rows = []
+    for w, g in d.sort_values('step').groupby('word', sort=True):
+        r0 = g.iloc[0]
+        base = dict(word=w, pos=r0['pos'], word_class=r0['word_class'], frequency=int(r0['frequency']), n_contexts=int(g['n'].min()),
+                    chance=float(r0['chance']), n_steps=int((g['step'] > 0).sum()), prediction=r0['prediction'])
+        try:
+            fit = acquisition_age(g['step'], g['value'], r0['chance'])
+        except NlEmbryoError as e: fit = dict(aoa=np.nan, lo=np.nan, hi=np.nan, acquired=False, fit=e.problem)
+        rows.append({**base, **fit, 'piece_id': int(r0['piece_id'])})
+    out = pd.DataFrame(rows)
+    due = {w: int(np.ceil(10 ** a)) for w, a, ok in zip(out['word'], out['aoa'], out['acquired']) if ok}
+    seen = exposure_counts(run, dict(zip(out['word'], out['piece_id'])), due) if run is not None and due else {}
+    out.insert(1, 'metric', 'aoa'); out.insert(2, 'value', out['aoa'])     # tidy: `value` (= `aoa`) with `lo`, `hi`, as seeds are pooled
+    return {'acquisition': out.assign(exposures=out['word'].map(seen).astype(float))}
+
+# %% ../nbs/05g_acquisition.ipynb #28492608
+def acquisition_findings(aoa: pd.DataFrame,  # the `acquisition` table (one option set)
+                         seed: int = 0,       # seed of the bootstrap over words
+                         n_boot: int = 1000,  # bootstrap draws
+                        ) -> dict:            # n_words, rho (lo, hi), diff (lo, hi), n_function, n_content, acquired
+    "Spearman's ρ of AoA with log10 frequency, and function minus content mean AoA, each with a 95% bootstrap interval over words."
+    from scipy.stats import spearmanr
+    d = aoa[aoa['aoa'].notna() & (aoa['frequency'] > 0)].reset_index(drop=True)
+    if len(d) < 3: raise NlEmbryoError(f"{len(d)} words have an age of acquisition and a training-split frequency", "measure more checkpoints or more words")
+    x, y, cls = np.log10(d['frequency'].to_numpy(float)), d['aoa'].to_numpy(float), d['word_class'].to_numpy()
+    rng = np.random.default_rng(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')     # a draw of tied ages has no rank correlation: left out (NaN)
+        rho = spearmanr(x, y).statistic
+        boots = [spearmanr(x[i], y[i]).statistic for i in rng.integers(0, len(d), (n_boot, len(d)))]
+    f, c = y[cls == 'function'], y[cls == 'content']
+    both = len(f) > 0 and len(c) > 0
+    diffs = [rng.choice(f, len(f)).mean() - rng.choice(c, len(c)).mean() for _ in range(n_boot)] if both else [np.nan]
+    q = lambda v, p: float(np.nanquantile(v, p)) if np.isfinite(v).any() else np.nan
+    return dict(n_words=len(d), rho=float(rho), rho_lo=q(boots, .025), rho_hi=q(boots, .975), n_function=len(f), n_content=len(c),
+                diff=float(f.mean() - c.mean()) if both else np.nan, diff_lo=q(diffs, .025), diff_hi=q(diffs, .975),
+                acquired=float(d['acquired'].mean()))
+
+# %% ../nbs/05g_acquisition.ipynb #848cda1b
+def _shown_words(aoa: pd.DataFrame, n: int) -> list[str]:
+    "Up to `n` acquired words, half function and half content, spread over each class's frequency ranks."
+    d = aoa[aoa['acquired'].astype(bool)] if aoa['acquired'].astype(bool).any() else aoa
+    out = []
+    for cls in ('function', 'content'):
+        g = d[d['word_class'] == cls].sort_values('frequency', ascending=False)
+        if len(g): out += g['word'].iloc[np.unique(np.linspace(0, len(g) - 1, min(n // 2, len(g))).round().astype(int))].tolist()
+    return out or d['word'].head(n).tolist()
+
+def acquisition_curves_chart(tables: dict,            # `acquisition_surprisal` and `acquisition` of one option set
+                             words: list | None = None, # the words drawn (None: `_shown_words`, six)
+                            ):
+    """A few words' surprisal over log10 steps (the scale of the ages; step 0 has no log and is left out), bands their 95%
+    intervals over contexts, chance dotted and each word's AoA a dashed rule."""
+    import altair as alt
+    curves, aoa = tables['acquisition_surprisal'], tables['acquisition']
+    words = list(words) if words is not None else _shown_words(aoa, 6)
+    label = lambda x: x['word'] + ' (' + x['word_class'] + ')'
+    d = curves[curves['word'].isin(words) & (curves['step'] > 0)].assign(log_step=lambda x: np.log10(x['step'])).assign(label=label)
+    a = aoa[aoa['word'].isin(words) & aoa['acquired'].astype(bool)].assign(label=label)
+    order = aoa.set_index('word').loc[words]
+    x, col = alt.X('log_step:Q', title='log10 step'), alt.Color('label:N', title='word', sort=[f"{w} ({c})" for w, c in zip(order.index, order['word_class'])])
+    band = alt.Chart(d).mark_area(opacity=0.15).encode(x=x, y='lo:Q', y2='hi:Q', color=col)
+    line = alt.Chart(d).mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='surprisal (bits)'), color=col,
+                                                      tooltip=['word', 'step', alt.Tooltip('value:Q', format='.2f'), 'n'])
+    chance = alt.Chart(pd.DataFrame({'chance': [float(curves['chance'].iloc[0])]})).mark_rule(strokeDash=[2, 2], color='gray').encode(y='chance:Q')
+    rules = alt.Chart(a).mark_rule(strokeDash=[5, 3]).encode(x='aoa:Q', color=col, tooltip=['word', alt.Tooltip('aoa:Q', format='.2f', title='AoA (log10 steps)')])
+    what = 'masked word' if (curves['prediction'] == 'masked').all() else 'next word'
+    return (band + line + chance + rules).properties(width=420, height=240, title=f"Surprisal of the {what} over log10 steps — bands: 95% "
+                                                     "intervals over contexts; dashed: age of acquisition; dotted: chance")
+
+def acquisition_frequency_chart(aoa: pd.DataFrame,  # the `acquisition` table
+                               ):
+    "Every word's AoA (log10 steps, with its 95% interval) against log10 of its training-split frequency, by word class."
+    import altair as alt
+    d = aoa[aoa['aoa'].notna() & (aoa['frequency'] > 0)].assign(log_frequency=lambda x: np.log10(x['frequency']))
+    col = alt.Color('word_class:N', title='class', sort=['function', 'content', 'other'])
+    bars = alt.Chart(d).mark_rule(opacity=0.35).encode(x='log_frequency:Q', y='lo:Q', y2='hi:Q', color=col)
+    pts = alt.Chart(d).mark_point(filled=True).encode(
+        x=alt.X('log_frequency:Q', title='log10 frequency (Brown training documents)'), y=alt.Y('aoa:Q', title='AoA (log10 steps)', scale=alt.Scale(zero=False)),
+        color=col, shape=alt.Shape('acquired:N', title='acquired'), tooltip=['word', 'pos', 'frequency', alt.Tooltip('aoa:Q', format='.2f'), 'acquired'])
+    return (bars + pts).properties(width=360, height=260, title='Age of acquisition against frequency — rules: 95% intervals over the fitted sigmoid')
+
+def acquisition_charts(tables: dict) -> dict:
+    "The saved charts: the curves of a few words, and AoA against frequency (when some word has an age)."
+    if tables['acquisition']['aoa'].notna().sum() == 0: return {}
+    return dict(acquisition_curves=acquisition_curves_chart(tables), acquisition_frequency=acquisition_frequency_chart(tables['acquisition']))
+
+# %% ../nbs/05g_acquisition.ipynb #aa42ca26
+def _beyond(lo, hi) -> str:
+    return 'within the noise (its interval holds 0)' if lo <= 0 <= hi else 'beyond the noise'
+
+def acquisition_section(run,          # the run reported on (the section reads only `tables`)
+                        tables: dict, # `acquisition_surprisal` and `acquisition` of one option set
+                       ) -> list:     # text, charts and a table
+    "The report section: what was measured, the two findings with their intervals against Chang and Bergen's, the charts."
+    aoa, curves = tables['acquisition'], tables['acquisition_surprisal']
+    what = 'the masked word in each context' if (curves['prediction'] == 'masked').all() else 'the next word, from the words before it'
+    parts = [f"Surprisal of {what}, for {aoa['word'].nunique()} words that the tokenizer keeps whole, each in "
+             f"{int(aoa['n_contexts'].min())} sentences of documents no pre-training corpus holds, at {curves['step'].nunique()} "
+             "checkpoints; each word's age of acquisition (AoA) is where a sigmoid fitted over log10 steps crosses the midpoint "
+             "between chance and the word's lowest surprisal (Chang and Bergen 2022, *Word Acquisition in Neural Language Models*, TACL)."]
+    try: f = acquisition_findings(aoa)
+    except NlEmbryoError as e: return parts + [f"No finding: {e.problem} ({e.fix})."]
+    sign = 'earlier' if f['diff'] < 0 else 'later'
+    parts.append(f"Of {f['n_words']} words, {f['acquired']:.0%} were acquired by the last checkpoint. AoA against log10 frequency: "
+                 f"Spearman ρ = {f['rho']:.3f} (95% interval over words {f['rho_lo']:.3f} to {f['rho_hi']:.3f}), {_beyond(f['rho_lo'], f['rho_hi'])}; "
+                 f"Chang and Bergen: −0.965 (BERT), −0.973 (GPT-2). Function words ({f['n_function']}) were acquired {abs(f['diff']):.2f} "
+                 f"log10 steps {sign} than content words ({f['n_content']}) on average (interval {f['diff_lo']:.2f} to {f['diff_hi']:.2f}), "
+                 f"{_beyond(f['diff_lo'], f['diff_hi'])}; Chang and Bergen's BERT: 1.05 earlier.")
+    first = aoa['fit'].eq('below the midpoint from the first checkpoint')
+    if first.any():
+        rest = aoa[~first]
+        try: g = acquisition_findings(rest)
+        except NlEmbryoError: g = None
+        parts.append(f"{int(first.sum())} words were below the midpoint from the first checkpoint on (a model that starts from unigram output "
+                     "biases reads frequent words so: their age is the first checkpoint's)" + (
+                     f"; without them, ρ = {g['rho']:.3f} ({g['rho_lo']:.3f} to {g['rho_hi']:.3f}) and function minus content "
+                     f"{g['diff']:+.2f} ({g['diff_lo']:+.2f} to {g['diff_hi']:+.2f}) log10 steps." if g else '.'))
+    parts += list(acquisition_charts(tables).values())
+    parts.append(aoa.sort_values('aoa')[['word', 'pos', 'word_class', 'frequency', 'aoa', 'lo', 'hi', 'acquired', 'r2']].head(20).round(3))
+    return parts
+
+# %% ../nbs/05g_acquisition.ipynb #1a934e07
+ACQUISITION = register(Analysis(
+    'acquisition', "Words' age of acquisition", acquisition_checkpoint, acquisition_inputs,
+    defaults=dict(n_contexts=MIN_CONTEXTS, max_words=200, seed=0, max_sentence_words=40),
+    data_options=('n_contexts', 'max_words', 'seed', 'max_sentence_words'), key=('word',), step_table='acquisition_surprisal',
+    summary=acquisition_summary, summary_tables=('acquisition',), charts=acquisition_charts, section=acquisition_section,
+    needs=('lm_head',), version=ACQUISITION_VERSION, **CATALOG['acquisition'].fields(parse=int)), replace=True)

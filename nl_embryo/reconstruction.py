@@ -24,10 +24,11 @@ from .models import is_causal, lm_head, mlm_head, SizePreset, build_model, max_p
 
 # %% auto #0
 __all__ = ['POS_CLASSES', 'VERB_FORMS', 'FREQUENCY_BINS', 'MIN_GROUP_WORDS', 'RECONSTRUCTION_VERSION', 'RECONSTRUCTION',
-           'pos_class', 'bin_label', 'reconstruction_data', 'train_copy_model', 'word_correctness', 'accuracy_by_group',
-           'prediction_kind', 'with_prediction_kind', 'reconstruction_checkpoint', 'context_token',
-           'next_word_correctness', 'rescale_by_final', 'reconstruction_inputs', 'reconstruction_chart',
-           'reconstruction_charts', 'prediction_phases', 'reconstruction_section']
+           'pos_class', 'bin_label', 'brown_eval_sentences', 'reconstruction_data', 'masked_lm_head',
+           'train_copy_model', 'word_correctness', 'accuracy_by_group', 'prediction_kind', 'with_prediction_kind',
+           'reconstruction_checkpoint', 'context_token', 'next_word_correctness', 'rescale_by_final',
+           'reconstruction_inputs', 'reconstruction_chart', 'reconstruction_charts', 'prediction_phases',
+           'reconstruction_section']
 
 # %% ../nbs/07_reconstruction.ipynb #3f08d6bb
 POS_CLASSES = {
@@ -53,7 +54,7 @@ def bin_label(lo: int, # the bin's lowest frequency rank
 MIN_GROUP_WORDS = 200   # words a group needs to be reported (Chiang et al. 2020 has thousands per group; fewer make noise, not a curve)
 
 @functools.lru_cache(maxsize=1)
-def _brown_frequency():
+def brown_eval_sentences():
     """The evaluation sentences of Brown (`nl_embryo.splits`: documents no pre-training corpus holds), each token's
     lower-cased frequency rank in the whole Brown corpus (1 = most frequent), and sentence bounds."""
     b = load_brown_tagged()
@@ -85,7 +86,7 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
     and its groups still reach their quota."""
     per_group = per_group if n_words is None and per_bin is None else max(1, per_bin or 0, (n_words or 0) // max(1, len(POS_CLASSES)))
     if per_group < 1: raise NlEmbryoError(f"per_group={per_group}: nothing to evaluate", f"use per_group={MIN_GROUP_WORDS} (the default)")
-    b, rank, starts, ends = _brown_frequency()
+    b, rank, starts, ends = brown_eval_sentences()
     lengths = ends - starts
     tags = b['tag'].astype(str).to_numpy()
     cls_of = {t: pos_class(t) for t in np.unique(tags)}
@@ -116,7 +117,7 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
 # %% ../nbs/07_reconstruction.ipynb #22f2c0cb
 RECONSTRUCTION_VERSION = 3   # bump to invalidate cached results when the code behind reconstruction_checkpoint changes
 
-def _masked_lm_head(model):
+def masked_lm_head(model):
     "The model's MLM head, or a clear error for an encoder without one."
     try: return mlm_head(model)
     except NlEmbryoError:
@@ -193,7 +194,7 @@ def word_correctness(model,                              # a masked LM (its MLM 
     """The words of `data` with `aligned`, `reconstructed` and `predicted` (bool) for each evaluated word (see above); for
     a causal LM, `next_word_correctness` (no `reconstructed`: `mask_fraction` is not read)."""
     if is_causal(model): return next_word_correctness(model, tokenizer, data, batch_tokens)
-    head = _masked_lm_head(model)
+    head = masked_lm_head(model)
     device = next(model.parameters()).device
     texts, words = data['texts'], data['words']
     al = align_words(tokenizer, texts, words, max_input_length(model, tokenizer))

@@ -21,8 +21,8 @@ from .catalog import REGISTRARS, load_plugins
 # %% auto #0
 __all__ = ['ANALYSES', 'NO_MLM_PRETRAINING', 'NEEDS', 'SEED_DIR', 'SEED_NAME', 'Analysis', 'register', 'get_analysis',
            'has_mlm_head_class', 'check_needs', 'part_for', 'analysis_tables', 'analyze_many', 'analyze', 'seed_runs',
-           'seed_branches', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'runs_chart', 'Section',
-           'report_section', 'show_section']
+           'seed_branches', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'summary_runs', 'runs_chart',
+           'Section', 'report_section', 'show_section']
 
 # %% ../nbs/05b_registry.ipynb #2e639d8e
 @dataclass
@@ -39,6 +39,9 @@ class Analysis:
     key: tuple = ()                                 # columns that, with `options` and `step`, identify a row of the main table
     tables: Callable | None = None                  # (rows of `checkpoint`) -> {table name: rows}, the main table first; default {name: rows}
     extra_tables: tuple = ()                        # the names of the tables besides the main one that `tables` gives
+    step_table: str = ''                            # the name of the per-checkpoint (main) table when it is not `name` ('': `name`)
+    summary: Callable | None = None                 # (run, tables of one option set) -> {table name: rows}: tables over the whole timeline
+    summary_tables: tuple = ()                      # the names of the tables `summary` gives (e.g. `name` itself, with `step_table` set)
     charts: Callable | None = None                  # (tables of one option set) -> {chart name: chart}
     section: Callable | None = None                 # (run, tables of one option set) -> list of report parts
     files: Callable | None = None                   # (run, tables of one option set) -> None: files besides the charts (an animation)
@@ -68,9 +71,14 @@ class Analysis:
         "The `options` column value of rows computed with `options` (row options left out)."
         return options_key({k: v for k, v in options.items() if k not in self.row_options})
 
+    @property
+    def main_table(self) -> str:
+        "The name of the per-checkpoint table: `step_table`, else the analysis's name."
+        return self.step_table or self.name
+
     def table_names(self) -> list[str]:
-        "The tables this analysis writes (its main table first)."
-        return [self.name, *self.extra_tables]
+        "The tables this analysis writes (its main table first, its summaries last)."
+        return [self.main_table, *self.extra_tables, *self.summary_tables]
 
 # %% ../nbs/05b_registry.ipynb #f55c246c
 ANALYSES: dict[str, Analysis] = {}
@@ -156,7 +164,7 @@ def analysis_tables(run,                               # a `Run`, a run folder o
     """The tables of analysis `name` in `run` for one option set: `options` (a dict or an `options` value), else the
     defaults when the table has rows for them, else the most recently computed option set. `{}` when there is none."""
     run, a = Run.coerce(run), get_analysis(name)
-    main = run.table(a.name)
+    main = run.table(a.main_table)
     if main.empty: return {}
     if 'options' in main:
         if options is None:
@@ -212,7 +220,7 @@ def _finish(run: Run, a: Analysis, opts: dict, frames: list, charts: bool, suspe
     new = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=['step'])
     key = a.key_of(opts)
     new.insert(1, 'options', key)
-    parts = {t: interval_columns(df) for t, df in (a.tables(new) if a.tables else {a.name: new}).items()}   # every table has lo, hi
+    parts = {t: interval_columns(df) for t, df in (a.tables(new) if a.tables else {a.main_table: new}).items()}   # every table has lo, hi
     for df in parts.values():
         if 'step' in df: df['suspect'] = df['step'].isin(suspect)
     with run.analysis_lock():
@@ -220,11 +228,15 @@ def _finish(run: Run, a: Analysis, opts: dict, frames: list, charts: bool, suspe
         for t, df in parts.items():
             merged = run.update_table(t, df, key=('options', 'step', *a.key))
             tables[t] = merged[merged['options'] == key].reset_index(drop=True)
+        for t, df in (a.summary(run, tables) if a.summary else {}).items():     # over every step of this option set, rebuilt
+            df = df.copy(); df.insert(0, 'options', key)
+            merged = run.update_table(t, df, key=('options',))
+            tables[t] = merged[merged['options'] == key].reset_index(drop=True)
     if charts and a.charts:
         shown = sorted({int(s) for df in tables.values() if 'step' in df for s in df['step']} & set(suspect))
         for cname, chart in a.charts(tables).items(): save_chart(_mark_suspect(chart, shown), run.chart_path(cname))
     if charts and a.files: a.files(run, tables)
-    return parts[a.name].reset_index(drop=True)
+    return parts[a.main_table].reset_index(drop=True)
 
 # %% ../nbs/05b_registry.ipynb #d2d721ee
 def analyze_many(run,                       # a `Run`, a run folder or a model folder
@@ -278,7 +290,7 @@ def analyze_many(run,                       # a `Run`, a run folder or a model f
         except NlEmbryoError as e:                # its tables cannot be made (e.g. no fact fits the tokenizer)
             if strict: raise
             refused[n] = e; _say_refused(n, e); continue
-        if progress: print(f"{n}: {out[n]['step'].nunique()} step(s), {len(out[n]):,} rows -> {run.table_path(n)}")
+        if progress: print(f"{n}: {out[n]['step'].nunique()} step(s), {len(out[n]):,} rows -> {run.table_path(plans[n][0].main_table)}")
     if not out: raise next(iter(refused.values()))
     if progress: print(f"{len(plans)} analys{'i' if len(plans) == 1 else 'e'}s over {len(steps)} checkpoint(s), each loaded once: {time.perf_counter() - t0:.0f} s")
     return out
@@ -414,6 +426,25 @@ def analyze_runs(runs,                 # a dict {label: run}, a list of runs (`R
     out = pd.concat(frames, ignore_index=True)
     pooled = pool_seeds(out, seed_groups(labelled), key=('options', 'step', *get_analysis(name).key))
     return pd.concat([out, pooled], ignore_index=True) if len(pooled) else out
+
+# %% ../nbs/05b_registry.ipynb #c9c8e91c
+def summary_runs(runs,      # as `analyze_runs` takes them, already analysed with `options`
+                 name,      # the analysis: one with `summary_tables`
+                 **options, # the option set whose summaries are read (as `analyze_runs` was given it)
+                ) -> dict:  # {summary table: every run's rows (`run`, `n_seeds` 1), then a row per group of seeds and row key}
+    """The summary tables of analysis `name` (tables over each run's whole timeline, e.g. each word's age of acquisition)
+    over several runs: every run's rows, and per group of seeds the mean with the interval over seeds and items
+    (`pool_seeds`, keyed by the analysis's `key`; the summary's `value`, `lo` and `hi` are pooled)."""
+    a, labelled, out = get_analysis(name), run_labels(runs), {}
+    for t in a.summary_tables:
+        frames = [tables[t].assign(run=label, n_seeds=1) for label, run in labelled.items()
+                  if t in (tables := analysis_tables(run, a, dict(options)))]
+        if not frames: continue
+        df = pd.concat(frames, ignore_index=True)
+        df = df[['run', *[c for c in df.columns if c != 'run']]]
+        pooled = pool_seeds(df, seed_groups(labelled), key=('options', *a.key)) if 'value' in df else pd.DataFrame()
+        out[t] = pd.concat([df, pooled], ignore_index=True) if len(pooled) else df
+    return out
 
 # %% ../nbs/05b_registry.ipynb #7847e557
 def runs_chart(df: pd.DataFrame,      # a frame with `run`, `step` and `value` columns, filtered to one quantity (e.g. one metric and layer)

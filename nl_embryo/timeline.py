@@ -326,7 +326,9 @@ def tokenizer(self: Run,
               step: int | None = None,  # the checkpoint whose tokenizer to load (None: the last)
              ):                         # a transformers tokenizer
     "The tokenizer of checkpoint `step` (None: the last), without its model."
-    step = max(self.steps()) if step is None else step
+    if step is None:
+        if not (steps := self.steps()): self.checkpoint(None)     # no checkpoint: named as `checkpoint` names it
+        step = max(steps)
     where = self.checkpoint(step) if self.source.owned else self.source.checkpoints[step].tokenizer
     if where is None: raise NlEmbryoError(f"checkpoint step {step} of {self.path} has no tokenizer files", "save the tokenizer (tokenizer.save_pretrained) into its folder")
     from nl_embryo.models import load_tokenizer

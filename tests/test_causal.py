@@ -106,7 +106,7 @@ def test_a_pythia_layout_timeline_of_a_causal_model_is_analysed_end_to_end(tmp_p
 
 SMALL = dict(probes=dict(n_words=300), attention=dict(n_sentences=24, map_len=16), reconstruction=dict(per_group=12),
              knowledge=dict(), surgery=dict(eval_batches=2, batch_size=8, probe_words=300), weights=dict(),
-             finetune=dict(tasks=['sentiment'], seeds=[0], max_train=32, max_eval=32))
+             finetune=dict(tasks=['sentiment'], seeds=[0], max_train=32, max_eval=32), acquisition=dict(max_words=20, n_contexts=4))
 
 
 def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, causal_runs):
@@ -120,10 +120,12 @@ def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, 
             warnings.simplefilter('ignore')
             df = analyze(run, name, steps=[6], progress=False, charts=False, **opts)
         assert len(df) and set(df['step']) == {6}, name
-        main = Run(run).table(name)                                     # the analysis's key names each row of its main table once
+        main = Run(run).table(ANALYSES[name].main_table)                # the analysis's key names each row of its main table once
         assert not main.duplicated([c for c in ('options', 'step', *ANALYSES[name].key) if c in main]).any(), (name, ANALYSES[name].key)
     assert {'induction', 'prev_random'} <= set(Run(run).table('attention')['pattern'])            # the causal head scores
     assert set(Run(run).table('reconstruction')['prediction']) == {'next-word'}
+    assert set(Run(run).table('acquisition_surprisal')['prediction']) == {'next-word'}      # one step: no age, and the table says why
+    assert Run(run).table('acquisition')['aoa'].isna().all() and Run(run).table('acquisition')['fit'].str.contains('at least 4').all()
     assert 'clm_loss_increase' in set(Run(run).table('surgery')['metric'])
     assert 'sentiment' in set(Run(run).table('finetune')['task'])
     with pytest.raises(NlEmbryoError, match="'next-sentence-mc' needs a MultipleChoice head, which transformers does not have for the causal"):

@@ -8,7 +8,8 @@ import pandas as pd
 
 from conftest import cli, nl_embryo_cmd
 
-SECTIONS = ['Training curves', 'Phases', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge', 'Surgery over time']
+SECTIONS = ['Training curves', 'Phases', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge', 'Surgery over time',
+            'age of acquisition']
 
 
 def demo(out, *args):
@@ -28,6 +29,9 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path, capsys, monkeypatch,
         df = pd.read_parquet(out/'analysis'/f'{name}.parquet')
         assert set(df['step']) == {0, 4, 8}, (name, sorted(set(df['step'])))
         assert df['value'].notna().any()
+    assert 'acquisition at all 5 checkpoints' in r.stdout                          # ages need the whole timeline: every checkpoint
+    curves, ages = (pd.read_parquet(out/'analysis'/f'{t}.parquet') for t in ('acquisition_surprisal', 'acquisition'))
+    assert set(curves['step']) == {0, 1, 2, 4, 8} and ages['word'].is_unique and ages['aoa'].notna().all()
     html = (out/'report.html').read_text()
     for heading in SECTIONS: assert heading in html, heading
     # the three checks are printed, shown in the report, and honest about an 8-step run: still on the plateau
@@ -39,7 +43,7 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path, capsys, monkeypatch,
     assert 'Traceback' not in html and 'cdn.jsdelivr' not in html and html.count('<svg') >= 5
     nb = json.loads((out/'report.ipynb').read_text())
     assert not [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if o.get('output_type') == 'error']
-    assert sum("show_section(run, " in ''.join(c['source']) for c in nb['cells']) == 6          # one per analysis section
+    assert sum("show_section(run, " in ''.join(c['source']) for c in nb['cells']) == 7          # one per analysis section
     assert any('parameters' in c['metadata'].get('tags', []) for c in nb['cells'])             # papermill's parameters cell
 
     steps_logged = [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()]

@@ -1,0 +1,81 @@
+"Words' age of acquisition over real timelines: nl_embryo's own seeds (masked), their exposure counts, the CLI over a folder of seeds."
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import cli
+from nl_embryo.timeline import Run
+
+SMALL = dict(max_words=30)     # 30 words, 16 contexts each: seconds per checkpoint of a mini model (the CLI's --acquisition 30 reuses them)
+
+
+@pytest.fixture(scope='module')
+def en_seeds(tmp_path_factory):
+    "Two seeds of a mini BERT on English, 16 steps, five checkpoints (four after step 0: the fewest a sigmoid is fitted to)."
+    import torch
+    from nl_embryo.pretrain import PretrainConfig, pretrain_seeds
+    out = tmp_path_factory.mktemp('acq')/'en-seeds'
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='.*unigram plateau')
+            pretrain_seeds(PretrainConfig(out=str(out), arch='bert', preset='mini', corpus='english', steps=16, batch_size=8, block_size=64,
+                                          checkpoints='0,2,4,8,16', lr=3e-3, eval_batches=1), seeds=(0, 1), quiet=True)
+    finally: torch.set_num_threads(n)
+    return out
+
+
+def test_exposures_count_every_token_the_run_read(reference):
+    "Over every piece id, the exposures before step s add up to the tokens the run's log says it had read by then."
+    from nl_embryo.acquisition import exposure_counts
+    run = Run(reference)
+    V = len(run.tokenizer())
+    seen = {s: exposure_counts(run, {i: i for i in range(V)}, {i: s for i in range(V)}) for s in (2, 4)}
+    tokens = {r['step']: r['tokens_seen'] for r in map(json.loads, (reference/'metrics.jsonl').read_text().splitlines()) if 'tokens_seen' in r}
+    assert sum(seen[2].values()) == tokens[2] and sum(seen[4].values()) == tokens[4] > tokens[2]
+    assert all(seen[4][i] >= seen[2][i] for i in range(V))
+
+
+def test_acquisition_on_a_masked_run_gives_ages_exposures_charts_and_a_section(en_seeds):
+    from nl_embryo.analysis import analyze, report_section
+    from nl_embryo.acquisition import acquisition_findings
+    run = Run(en_seeds/'seed0')
+    curves = analyze(run, 'acquisition', progress=False, **SMALL)
+    assert set(curves['step']) == {0, 2, 4, 8, 16} and (curves['prediction'] == 'masked').all()
+    assert curves.groupby('step')['word'].nunique().eq(curves['word'].nunique()).all() and (curves['n'] == 16).all()
+    aoa = run.table('acquisition')
+    assert aoa['word'].is_unique and set(aoa['word']) == set(curves['word'])
+    assert {'word', 'aoa', 'lo', 'hi', 'pos', 'frequency', 'n_contexts', 'upper', 'lower', 'xmid', 'scale', 'r2', 'acquired', 'exposures'} <= set(aoa)
+    fitted = aoa[aoa['aoa'].notna()]
+    assert len(fitted) and (fitted['aoa'] <= np.log10(16) + 1e-9).all() and (aoa['value'].fillna(-1) == aoa['aoa'].fillna(-1)).all()
+    got = aoa[aoa['acquired']]
+    tokens = 16 * 8 * 64
+    assert got['exposures'].notna().all() and (got['exposures'] >= 0).all() and (got['exposures'] <= tokens).all()
+    assert aoa.loc[~aoa['acquired'], 'exposures'].isna().all()
+    f = acquisition_findings(aoa)
+    assert f['n_words'] == len(fitted[fitted['frequency'] > 0]) and (np.isnan(f['rho']) or f['rho_lo'] <= f['rho_hi'])
+    assert (run.path/'analysis'/'acquisition_frequency.png').read_bytes()[:4] == b'\x89PNG'
+    s = report_section(run, 'acquisition')
+    assert any(isinstance(p, str) and 'Spearman' in p and 'Chang and Bergen' in p for p in s.parts), s.markdown()
+    again = analyze(run, 'acquisition', progress=False, **SMALL)         # cached per checkpoint: the same rows, the summary rebuilt alike
+    pd.testing.assert_frame_equal(again.sort_values(['step', 'word']).reset_index(drop=True)[['step', 'word', 'value']],
+                                  curves.sort_values(['step', 'word']).reset_index(drop=True)[['step', 'word', 'value']])
+    assert len(run.table('acquisition')) == len(aoa)
+
+
+def test_analyze_a_folder_of_seeds_pools_the_ages(en_seeds, capsys):
+    rc, text = cli(capsys, 'analyze', en_seeds, '--acquisition', '30', '--quiet')
+    assert rc == 0 and 'acquisition: ' in text and 'pooled over 2 pre-training seeds' in text, text
+    table = pd.read_parquet(en_seeds/'analysis'/'acquisition.parquet')
+    own, pooled = table[table['n_seeds'] == 1], table[table['n_seeds'] > 1]
+    assert set(own['run']) == {'seed0', 'seed1'} and len(pooled) == pooled['word'].nunique() > 0
+    both = own.pivot_table(index='word', columns='run', values='value')
+    m = pooled.set_index('word')[['value', 'lo', 'hi']].join(both, how='inner').dropna()
+    assert len(m) and np.allclose(m['value'], (m['seed0'] + m['seed1']) / 2)
+    assert (m['lo'] <= m[['seed0', 'seed1']].min(axis=1) + 1e-9).all() and (m['hi'] >= m[['seed0', 'seed1']].max(axis=1) - 1e-9).all()
+    from nl_embryo.cli import make_parser
+    helptext = make_parser()._subparsers._group_actions[0].choices['analyze'].format_help()
+    assert '--acquisition' in helptext and 'age of acquisition' in helptext
