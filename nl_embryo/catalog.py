@@ -43,6 +43,7 @@ CATALOG: dict[str, AnalysisFace] = {f.name: f for f in [
     AnalysisFace('weights', 'the weights over time: per tensor group, norm, distance and cosine to the first and to the previous checkpoint'),
     AnalysisFace('finetune', 'fine-tuning of every checkpoint on downstream tasks (Chiang et al. 2020 §5); not run by default', default=False, option='tasks',
                  metavar='TASKS', help='fine-tune every checkpoint on these tasks (an unknown one is named with the tasks chapter\'s list)'),
+    AnalysisFace('syntax_heads', 'syntactic attention: per dependency relation, the best head at attending from a word to its syntactic head and back, against the best fixed offset (Clark et al. 2019)'),
     AnalysisFace('acquisition', "words' age of acquisition: each word's surprisal over the checkpoints and where its fitted sigmoid falls through the midpoint (Chang and Bergen 2022); not run by default", default=False,
                  option='max_words', metavar='WORDS', help="words' age of acquisition (Chang and Bergen 2022) for up to WORDS words kept whole by the tokenizer, each in 16 held-out contexts (default 200); not run by default"),
 ]}

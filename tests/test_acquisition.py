@@ -1,4 +1,4 @@
-"Words' age of acquisition over real timelines: nl_embryo's own seeds (masked), their exposure counts, the CLI over a folder of seeds."
+"Words' age of acquisition (and syntactic heads) over real timelines: nl_embryo's own seeds (masked), their exposure counts, the CLI over a folder of seeds."
 import json
 import warnings
 
@@ -78,4 +78,9 @@ def test_analyze_a_folder_of_seeds_pools_the_ages(en_seeds, capsys):
     assert (m['lo'] <= m[['seed0', 'seed1']].min(axis=1) + 1e-9).all() and (m['hi'] >= m[['seed0', 'seed1']].max(axis=1) - 1e-9).all()
     from nl_embryo.cli import make_parser
     helptext = make_parser()._subparsers._group_actions[0].choices['analyze'].format_help()
-    assert '--acquisition' in helptext and 'age of acquisition' in helptext
+    assert '--acquisition' in helptext and 'age of acquisition' in helptext and '--syntax_heads' in helptext
+    rc, text = cli(capsys, 'analyze', en_seeds, '--syntax_heads', '--steps', '0,16', '--quiet')     # the syntactic heads over seeds too
+    assert rc == 0 and 'syntax_heads: ' in text and 'pooled over 2 pre-training seeds' in text, text
+    sh = pd.read_parquet(en_seeds/'analysis'/'syntax_heads.parquet')
+    pooled = sh[sh['n_seeds'] > 1]
+    assert len(pooled) == sh[sh['run'] == 'seed0'].shape[0] and (pooled['lo'] <= pooled['hi']).all() and set(pooled['step']) == {0, 16}

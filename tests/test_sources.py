@@ -583,3 +583,19 @@ def test_attention_explorer_switches_between_runs(tmp_path, suites):
     assert ex.steps == [0, 10] and ex.step.value == 10
     one = AttentionExplorer.from_run(runs['late'], compute=False)       # one run: no selector
     assert one.run is None and one.steps == [20_000, 40_000]
+
+
+def test_a_trainer_timeline_gets_syntactic_heads_and_word_curves(tmp_path, trainer_out):
+    "The word-by-word instruments on a foreign timeline: read in place, their tables in the --out folder, the source unchanged."
+    from nl_embryo.analysis import analyze, report_section
+    before = tree_digest(trainer_out)
+    run = Run(trainer_out, out=tmp_path/'A')
+    sh = analyze(run, 'syntax_heads', n_words=1500, min_pairs=10, progress=False)
+    assert set(sh['step']) == {2, 4, 6} and {'det', 'prep', 'pobj'} <= set(sh['relation']) and sh['baseline'].notna().all()
+    assert set(sh['direction']) == {'dependent→head', 'head→dependent'} and ((sh['lo'] <= sh['value']) & (sh['value'] <= sh['hi'])).all()
+    assert (sh['offset'].abs() <= 10).all() and (sh['n'] >= 10).all()
+    assert any(isinstance(p, str) and 'fixed offset' in p for p in report_section(run, 'syntax_heads').parts)
+    curves = analyze(run, 'acquisition', max_words=20, n_contexts=4, progress=False)
+    assert set(curves['step']) == {2, 4, 6} and set(curves['prediction']) == {'masked'}
+    assert run.table('acquisition')['fit'].str.contains('at least 4').all()       # three checkpoints: no age, and the table says why
+    assert tree_digest(trainer_out) == before
