@@ -46,6 +46,8 @@ CATALOG: dict[str, AnalysisFace] = {f.name: f for f in [
     AnalysisFace('syntax_heads', 'syntactic attention: per dependency relation, the best head at attending from a word to its syntactic head and back, against the best fixed offset (Clark et al. 2019)'),
     AnalysisFace('acquisition', "words' age of acquisition: each word's surprisal over the checkpoints and where its fitted sigmoid falls through the midpoint (Chang and Bergen 2022); not run by default", default=False,
                  option='max_words', metavar='WORDS', help="words' age of acquisition (Chang and Bergen 2022) for up to WORDS words kept whole by the tokenizer, each in 16 held-out contexts (default 200); not run by default"),
+    AnalysisFace('minimal_pairs', 'grammar over time: minimal pairs made from held-out sentences (agreement of subject and verb, determiner and noun, reflexive and antecedent; irregular verbs), the share where the grammatical sentence scores higher, against a unigram model and the step-0 network (Warstadt et al. 2020)',
+                 option='max_pairs', metavar='PAIRS', help="grammar over time: PAIRS minimal pairs per phenomenon (default 200) made from held-out sentences, the share where the grammatical one has the higher (pseudo-)log-likelihood, against a unigram model and the step-0 network (Warstadt et al. 2020)"),
 ]}
 
 # %% ../nbs/05e_catalog.ipynb #c4cab66e

@@ -178,9 +178,10 @@ def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser
     a.add_argument('--out', default=None, metavar='DIR', help='where the analyses of checkpoints nl_embryo did not write go (default: a folder of the data '
                    'cache, printed by nl-embryo timeline); nothing is written into them')
     for name, an in reg.items():
+        flags = [f'--{name}', *([f"--{name.replace('_', '-')}"] if '_' in name else [])]      # --syntax_heads and --syntax-heads alike
         if an.option:
-            a.add_argument(f'--{name}', nargs='?', const=True, default=None, metavar=an.metavar, help=(an.help or an.description) + ' (alone: the default)')
-        else: a.add_argument(f'--{name}', action='store_true', default=None, help=an.description)
+            a.add_argument(*flags, dest=name, nargs='?', const=True, default=None, metavar=an.metavar, help=(an.help or an.description) + ' (alone: the default)')
+        else: a.add_argument(*flags, dest=name, action='store_true', default=None, help=an.description)
     a.add_argument('--steps', help='only these checkpoint steps, e.g. 0,64,300 (default: all)')
     a.add_argument('--eval-text', default=None, metavar='TEXT', help='for checkpoints nl_embryo did not train: the held-out text that surgery and the '
                    'unigram plateau measure, a corpus of nl_embryo (its eval split, e.g. english) or a UTF-8 text file, tokenised with the '

@@ -1,4 +1,4 @@
-"Words' age of acquisition (and syntactic heads) over real timelines: nl_embryo's own seeds (masked), their exposure counts, the CLI over a folder of seeds."
+"Words' age of acquisition, minimal pairs (and syntactic heads) over real timelines: nl_embryo's own seeds (masked), their exposure counts, the CLI over a folder of seeds."
 import json
 import warnings
 
@@ -84,3 +84,40 @@ def test_analyze_a_folder_of_seeds_pools_the_ages(en_seeds, capsys):
     sh = pd.read_parquet(en_seeds/'analysis'/'syntax_heads.parquet')
     pooled = sh[sh['n_seeds'] > 1]
     assert len(pooled) == sh[sh['run'] == 'seed0'].shape[0] and (pooled['lo'] <= pooled['hi']).all() and set(pooled['step']) == {0, 16}
+
+
+def test_minimal_pairs_on_a_masked_run_give_accuracies_baselines_onsets_and_a_section(en_seeds):
+    "Per phenomenon and step, accuracy with its interval beside the unigram baseline and the step-0 network; onsets among the phases; cached."
+    from nl_embryo.analysis import analyze, report_section
+    from nl_embryo.minimal_pairs import PHENOMENA, with_step0
+    run = Run(en_seeds/'seed0')
+    df = analyze(run, 'minimal_pairs', max_pairs=8, progress=False)
+    assert set(df['step']) == {0, 2, 4, 8, 16} and set(df['phenomenon']) == set(PHENOMENA) and (df['n'] == 8).all()
+    assert ((df['lo'] <= df['value']) & (df['value'] <= df['hi'])).all() and df['value'].between(0, 1).all()
+    assert (df['scorer'] == 'pseudo-log-likelihood').all() and 'untrained' not in df          # step 0 is the step-0 network
+    assert df.groupby('phenomenon')['unigram'].nunique().eq(1).all()                           # the same pairs at every step
+    b = with_step0(df)
+    zero = df[df['step'] == 0].set_index('phenomenon')['value']
+    assert np.allclose(b['step0'], b['phenomenon'].map(zero)) and (b['baseline_hi'] >= 0.5).all()
+    phases = [p for p in run.phases().to_dict('records') if p['source'] == 'minimal_pairs']
+    assert {p['phase'] for p in phases} == {f'minimal pairs: {ph}' for ph in PHENOMENA}
+    for p in phases: assert p['step'] is None or pd.isna(p['step']) or p['lo'] > p['reference']
+    assert (run.path/'analysis'/'minimal_pairs.png').read_bytes()[:4] == b'\x89PNG'
+    s = report_section(run, 'minimal_pairs')
+    assert any(isinstance(p, str) and 'unigram model of word frequencies' in p for p in s.parts), s.markdown()
+    again = analyze(run, 'minimal_pairs', max_pairs=8, progress=False)
+    pd.testing.assert_frame_equal(again.sort_values(['step', 'phenomenon']).reset_index(drop=True)[['step', 'phenomenon', 'value', 'lo']],
+                                  df.sort_values(['step', 'phenomenon']).reset_index(drop=True)[['step', 'phenomenon', 'value', 'lo']])
+
+
+def test_analyze_a_folder_of_seeds_pools_the_minimal_pairs(en_seeds, capsys):
+    rc, text = cli(capsys, 'analyze', en_seeds, '--minimal-pairs', '8', '--steps', '0,16', '--quiet')
+    assert rc == 0 and 'minimal_pairs: ' in text and 'pooled over 2 pre-training seeds' in text, text
+    t = pd.read_parquet(en_seeds/'analysis'/'minimal_pairs.parquet')
+    own, pooled = t[t['n_seeds'] == 1], t[t['n_seeds'] > 1]
+    assert set(own['run']) == {'seed0', 'seed1'} and len(pooled) == 2 * 6 and set(pooled['step']) == {0, 16}
+    both = own.pivot_table(index=['phenomenon', 'step'], columns='run', values='value')
+    m = pooled.set_index(['phenomenon', 'step'])[['value']].join(both)
+    assert np.allclose(m['value'], (m['seed0'] + m['seed1']) / 2) and (pooled['lo'] <= pooled['hi']).all()
+    rc, text = cli(capsys, 'analyze', en_seeds/'seed0', '--syntax-heads', '--steps', '16', '--quiet')   # the hyphenated flags work alike
+    assert rc == 0 and 'syntax_heads: ' in text, text

@@ -9,7 +9,7 @@ import pandas as pd
 from conftest import cli, nl_embryo_cmd
 
 SECTIONS = ['Training curves', 'Phases', 'Linear probes', 'Token reconstruction', 'Attention heads', 'World knowledge', 'Surgery over time',
-            'age of acquisition', 'Syntactic heads']
+            'age of acquisition', 'Syntactic heads', 'Minimal pairs']
 
 
 def demo(out, *args):
@@ -25,7 +25,7 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path, capsys, monkeypatch,
     ckpts = sorted(int(p.name[4:]) for p in (out/'checkpoints').iterdir() if p.name.startswith('step'))
     assert ckpts == [0, 1, 2, 4, 8]
     assert 'analyses at steps [0, 4, 8]' in r.stdout                                # spread evenly over the steps (DEMO_SPREAD)
-    for name in ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'weights', 'syntax_heads'):
+    for name in ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'weights', 'syntax_heads', 'minimal_pairs'):
         df = pd.read_parquet(out/'analysis'/f'{name}.parquet')
         assert set(df['step']) == {0, 4, 8}, (name, sorted(set(df['step'])))
         assert df['value'].notna().any()
@@ -43,7 +43,7 @@ def test_demo_trains_measures_reports_and_resumes(tmp_path, capsys, monkeypatch,
     assert 'Traceback' not in html and 'cdn.jsdelivr' not in html and html.count('<svg') >= 5
     nb = json.loads((out/'report.ipynb').read_text())
     assert not [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if o.get('output_type') == 'error']
-    assert sum("show_section(run, " in ''.join(c['source']) for c in nb['cells']) == 8          # one per analysis section
+    assert sum("show_section(run, " in ''.join(c['source']) for c in nb['cells']) == 9          # one per analysis section
     assert any('parameters' in c['metadata'].get('tags', []) for c in nb['cells'])             # papermill's parameters cell
 
     steps_logged = [json.loads(l)['step'] for l in (out/'metrics.jsonl').read_text().splitlines()]

@@ -598,4 +598,9 @@ def test_a_trainer_timeline_gets_syntactic_heads_and_word_curves(tmp_path, train
     curves = analyze(run, 'acquisition', max_words=20, n_contexts=4, progress=False)
     assert set(curves['step']) == {2, 4, 6} and set(curves['prediction']) == {'masked'}
     assert run.table('acquisition')['fit'].str.contains('at least 4').all()       # three checkpoints: no age, and the table says why
+    from nl_embryo.minimal_pairs import with_step0
+    mp = analyze(run, 'minimal_pairs', max_pairs=6, progress=False)                   # no step 0: an untrained twin is the step-0 baseline
+    assert set(mp['step']) == {2, 4, 6} and mp['phenomenon'].nunique() == 6 and mp[['untrained', 'unigram']].notna().all().all()
+    b = with_step0(mp)
+    assert (b['step0'] == b['untrained']).all() and ((b['untrained_lo'] <= b['untrained']) & (b['untrained'] <= b['untrained_hi'])).all()
     assert tree_digest(trainer_out) == before
