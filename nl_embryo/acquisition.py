@@ -40,7 +40,10 @@ def sigmoid_surprisal(x,      # log10 steps (a number or an array)
         return lower + (upper - lower) / (1 + np.exp((np.asarray(x, dtype=float) - xmid) / scale))
 
 # %% ../nbs/05g_acquisition.ipynb #334d3e71
-def sigmoid_crossing(upper, lower, xmid, scale,  # the sigmoid's parameters (`sigmoid_surprisal`): numbers or arrays
+def sigmoid_crossing(upper,                      # the sigmoid's parameters (`sigmoid_surprisal`), numbers or arrays: its left asymptote
+                     lower,                      # its right asymptote
+                     xmid,                       # its midpoint's log10 step
+                     scale,                      # its width
                      cutoff,                     # the surprisal it must fall through
                      max_x=None,                 # the log10 step of the last checkpoint: a later crossing, or none, gives max_x (None: no cap)
                     ):                           # the log10 step where the falling sigmoid crosses `cutoff` (NaN without a crossing and a cap)
@@ -365,7 +368,8 @@ def acquisition_frequency_chart(aoa: pd.DataFrame,  # the `acquisition` table
         color=col, shape=alt.Shape('acquired:N', title='acquired'), tooltip=['word', 'pos', 'frequency', alt.Tooltip('aoa:Q', format='.2f'), 'acquired'])
     return (bars + pts).properties(width=360, height=260, title='Age of acquisition against frequency — rules: 95% intervals over the fitted sigmoid')
 
-def acquisition_charts(tables: dict) -> dict:
+def acquisition_charts(tables: dict,  # `acquisition_surprisal` and `acquisition` of one option set
+                      ) -> dict:      # {chart name: chart}
     "The saved charts: the curves of a few words, and AoA against frequency (when some word has an age)."
     if tables['acquisition']['aoa'].notna().sum() == 0: return {}
     return dict(acquisition_curves=acquisition_curves_chart(tables), acquisition_frequency=acquisition_frequency_chart(tables['acquisition']))

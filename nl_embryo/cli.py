@@ -126,7 +126,7 @@ def _analyze_set(args, steps):
     "`nl-embryo analyze RUN RUN ...` or `nl-embryo analyze OUT` (seed runs): each analysis over every run, and a row per group of seeds."
     from pathlib import Path
     from nl_embryo.analysis import analyses
-    from nl_embryo.registry import analyze_runs, seed_branches, seed_runs, summary_runs
+    from nl_embryo.registry import across_runs, analyze_runs, seed_branches, seed_runs, summary_runs
     from nl_embryo.timeline import Run, default_analysis_home
     items = []                                  # (path, branch, label): a folder of seeds stands for its seeds, a suite of seed branches for its branches
     for x in args.run:
@@ -160,6 +160,9 @@ def _analyze_set(args, steps):
             if home is not None: sdf.to_parquet(home/f'{t}.parquet')
             print(f"{t}: {len(sdf) - len(sp):,} rows" + (f", {len(sp):,} pooled over {int(sp['n_seeds'].max())} pre-training seeds" if len(sp) else '')
                   + (f" -> {home/f'{t}.parquet'}" if home is not None else ''))
+        for t, sdf in across_runs(runs, name, steps=steps, progress=not args.quiet, **opts).items():   # the runs compared with one another (seeds at a step)
+            if home is not None: sdf.to_parquet(home/f'{t}.parquet')
+            print(f"{t}: {len(sdf):,} rows comparing {len(runs)} runs" + (f" -> {home/f'{t}.parquet'}" if home is not None else ''))
 
 # %% ../nbs/15_cli.ipynb #14fb4a8e
 def _add_analyze(sub,              # the sub-commands of the `nl-embryo` parser

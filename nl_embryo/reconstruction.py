@@ -117,7 +117,8 @@ def reconstruction_data(per_group: int = MIN_GROUP_WORDS, # the targets wanted p
 # %% ../nbs/07_reconstruction.ipynb #22f2c0cb
 RECONSTRUCTION_VERSION = 3   # bump to invalidate cached results when the code behind reconstruction_checkpoint changes
 
-def masked_lm_head(model):
+def masked_lm_head(model,  # a transformers model
+                  ):       # its MLM head (a module mapping hidden states to logits)
     "The model's MLM head, or a clear error for an encoder without one."
     try: return mlm_head(model)
     except NlEmbryoError:

@@ -21,8 +21,8 @@ from .catalog import REGISTRARS, load_plugins
 # %% auto #0
 __all__ = ['ANALYSES', 'NO_MLM_PRETRAINING', 'NEEDS', 'SEED_DIR', 'SEED_NAME', 'Analysis', 'register', 'get_analysis',
            'has_mlm_head_class', 'check_needs', 'part_for', 'analysis_tables', 'analyze_many', 'analyze', 'seed_runs',
-           'seed_branches', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'summary_runs', 'runs_chart',
-           'Section', 'report_section', 'show_section']
+           'seed_branches', 'run_labels', 'seed_groups', 'pool_seeds', 'analyze_runs', 'summary_runs', 'across_runs',
+           'runs_chart', 'Section', 'report_section', 'show_section']
 
 # %% ../nbs/05b_registry.ipynb #2e639d8e
 @dataclass
@@ -42,6 +42,8 @@ class Analysis:
     step_table: str = ''                            # the name of the per-checkpoint (main) table when it is not `name` ('': `name`)
     summary: Callable | None = None                 # (run, tables of one option set) -> {table name: rows}: tables over the whole timeline
     summary_tables: tuple = ()                      # the names of the tables `summary` gives (e.g. `name` itself, with `step_table` set)
+    across: Callable | None = None                  # ({label: Run}, steps=, progress=, **options) -> {table name: rows}: tables that compare the runs of a set (seeds at one step)
+    across_tables: tuple = ()                       # the names of the tables `across` gives
     charts: Callable | None = None                  # (tables of one option set) -> {chart name: chart}
     section: Callable | None = None                 # (run, tables of one option set) -> list of report parts
     files: Callable | None = None                   # (run, tables of one option set) -> None: files besides the charts (an animation)
@@ -445,6 +447,17 @@ def summary_runs(runs,      # as `analyze_runs` takes them, already analysed wit
         pooled = pool_seeds(df, seed_groups(labelled), key=('options', *a.key)) if 'value' in df else pd.DataFrame()
         out[t] = pd.concat([df, pooled], ignore_index=True) if len(pooled) else df
     return out
+
+def across_runs(runs,                  # as `analyze_runs` takes them
+                name,                  # the analysis: one with `across`
+                steps=None,            # the steps to compare (None: those every run has)
+                progress: bool = True, # progress bars
+                **options,             # the analysis's options, the same for every run
+               ) -> dict:              # {table name: rows}: `across`'s tables, {} for an analysis without one
+    "The tables of analysis `name` that compare the runs of a set with one another (e.g. representation similarity between seeds at each step)."
+    a = get_analysis(name)
+    if a.across is None: return {}
+    return a.across(run_labels(runs), steps=steps, progress=progress, **a.options(**options))
 
 # %% ../nbs/05b_registry.ipynb #7847e557
 def runs_chart(df: pd.DataFrame,      # a frame with `run`, `step` and `value` columns, filtered to one quantity (e.g. one metric and layer)

@@ -115,7 +115,8 @@ def syntax_heads_inputs(run,                          # the run (a `Run` or its 
     positions = max_positions(run.model_config()) or max_tokens
     return [syntax_heads_data(run.tokenizer(), n_words, seed, max_sentence_words, min(max_tokens, positions))]
 
-def syntax_heads_phases(run) -> list[dict]:
+def syntax_heads_phases(run,              # a `Run` with a `syntax_heads` table
+                       ) -> list[dict]:  # phase rows, one per relation and direction
     "Per relation and direction, the first step whose best head's interval clears the best offset's upper end."
     if not run.has_table('syntax_heads'): return []
     d, rows = run.table('syntax_heads').sort_values('step'), []
@@ -146,12 +147,15 @@ def syntax_heads_chart(df: pd.DataFrame,   # the `syntax_heads` table (one optio
     return alt.layer(band, line, base, data=d).properties(width=420, height=260, title=f"Best head per relation ({direction}) — bands: 95% "
                                                           "intervals over sentences; dashed: the best fixed offset")
 
-def syntax_heads_charts(tables: dict) -> dict:
+def syntax_heads_charts(tables: dict,  # `syntax_heads` of one option set
+                       ) -> dict:      # {chart name: chart}, one per direction
     "The saved charts: one per direction."
     df = tables['syntax_heads']
     return {f"syntax_heads_{'dep_head' if d.startswith('dep') else 'head_dep'}": syntax_heads_chart(df, d) for d in sorted(df['direction'].unique())}
 
-def syntax_heads_section(run, tables: dict) -> list:
+def syntax_heads_section(run,          # the run reported on (the section reads only `tables`)
+                         tables: dict, # `syntax_heads` of one option set
+                        ) -> list:     # text, charts, the last step's table
     "The report section: what is measured, the onsets, the chart, the last step's table."
     df = tables['syntax_heads']; last = df[df['step'] == df['step'].max()]
     beats = last[last['lo'] > last['baseline_hi']]

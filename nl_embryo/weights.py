@@ -57,7 +57,8 @@ class WeightRefs:
         self._kept = {k: v for k, v in self._kept.items() if k == self.first}
         self._kept[step] = params
 
-def model_params(model) -> dict:
+def model_params(model,  # a transformers model
+                ) -> dict:  # parameter name -> tensor
     "A model's parameters by name, as float32 tensors on the CPU (tied ones once)."
     return {n: p.detach().float().cpu() for n, p in model.named_parameters()}
 
@@ -71,7 +72,9 @@ def _compare(cur: dict, ref: dict | None, names: list) -> tuple[float, float]:
     na, nb = (sum(float((x[n] ** 2).sum()) for n in names) ** 0.5 for x in (cur, ref))
     return d2 ** 0.5, dot / (na * nb) if na and nb else np.nan
 
-def weights_checkpoint(model, tokenizer, refs: WeightRefs,  # the references (`weights_data`)
+def weights_checkpoint(model,                                # the checkpoint's model
+                       tokenizer,                            # its tokenizer (not read)
+                       refs: WeightRefs,                     # the references (`weights_data`)
                        step: int,                            # the checkpoint's step (given by `Run.map`)
                       ) -> pd.DataFrame:                     # rows: group, metric, value, n_params
     "Per tensor group: the norm, the distance and cosine to the first and to the previous checkpoint."
@@ -91,7 +94,8 @@ def weights_checkpoint(model, tokenizer, refs: WeightRefs,  # the references (`w
     refs.keep(step, cur)
     return pd.DataFrame(rows)
 
-def weights_data(run) -> list:
+def weights_data(run,      # the run (a `Run` or its path)
+                ) -> list:  # one `WeightRefs`
     "The analysis's data: one `WeightRefs` of the run."
     return [WeightRefs(run)]
 
@@ -110,7 +114,9 @@ def weights_chart(tables: dict):   # {'weights': rows of one option set}
     return {'weights': base.properties(width=260, height=180).facet(column=alt.Column('measure:N', title=None, sort=list(names.values())))
                            .resolve_scale(y='independent').properties(title='the weights over the timeline (exact values: no sampling, no interval)')}
 
-def weights_section(run, tables: dict) -> list:
+def weights_section(run,          # the run reported on
+                    tables: dict, # `weights` of one option set
+                   ) -> list:     # text, charts, a table
     "The report section: the chart, and the steps whose move since the previous checkpoint is 0 or out of line."
     d = tables['weights']
     tok = d[(d['group'] == 'token embeddings') & (d['metric'] == 'dist_prev')].dropna(subset=['value']).sort_values('step')

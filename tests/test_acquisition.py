@@ -121,3 +121,24 @@ def test_analyze_a_folder_of_seeds_pools_the_minimal_pairs(en_seeds, capsys):
     assert np.allclose(m['value'], (m['seed0'] + m['seed1']) / 2) and (pooled['lo'] <= pooled['hi']).all()
     rc, text = cli(capsys, 'analyze', en_seeds/'seed0', '--syntax-heads', '--steps', '16', '--quiet')   # the hyphenated flags work alike
     assert rc == 0 and 'syntax_heads: ' in text, text
+
+
+def test_a_folder_of_seeds_gets_the_model_intrinsic_analyses_with_seeds_compared(en_seeds, capsys):
+    "ICL pooled over seeds, similarity between the seeds at each step, and a stage table per seed."
+    rc, text = cli(capsys, 'analyze', en_seeds, '--icl', '8', '--similarity', '128', '--steps', '0,8,16', '--quiet')
+    assert rc == 0 and 'icl: ' in text and 'similarity_seeds: ' in text, text
+    icl = pd.read_parquet(en_seeds/'analysis'/'icl.parquet')
+    assert (icl['n_seeds'] == 2).any() and set(icl['run']) >= {'seed0', 'seed1'}
+    seeds = pd.read_parquet(en_seeds/'analysis'/'similarity_seeds.parquet')
+    assert set(seeds['step']) == {0, 8, 16} and set(zip(seeds['run_a'], seeds['run_b'])) == {('seed0', 'seed1')} and seeds['value'].between(0, 1).all()
+    run = Run(en_seeds/'seed0')
+    assert set(run.table('similarity')['step']) == {0, 8, 16}
+    from nl_embryo.stages import STAGE_COLUMNS, stages_section
+    st = run.stages()                                                  # 16 steps: perhaps no event, but every reached phase is one
+    assert list(st.columns) == STAGE_COLUMNS and set(st['kind']) <= {'onset', 'boundary'} and st['step'].is_monotonic_increasing
+    assert (st['kind'] == 'onset').sum() == run.phases()['step'].notna().sum()
+    parts = stages_section(run)
+    assert parts[0].startswith(f"{(st['kind'] == 'onset').sum()} behavioural onset(s) and {(st['kind'] == 'boundary').sum()} model-intrinsic")
+    from nl_embryo.cli import make_parser
+    helptext = make_parser()._subparsers._group_actions[0].choices['analyze'].format_help()
+    assert all(f in helptext for f in ('--icl', '--similarity', '--essential-dynamics', '--llc', '--minimal-pairs', '--syntax-heads'))

@@ -107,7 +107,9 @@ def test_a_pythia_layout_timeline_of_a_causal_model_is_analysed_end_to_end(tmp_p
 SMALL = dict(probes=dict(n_words=300), attention=dict(n_sentences=24, map_len=16), reconstruction=dict(per_group=12),
              knowledge=dict(), surgery=dict(eval_batches=2, batch_size=8, probe_words=300), weights=dict(),
              finetune=dict(tasks=['sentiment'], seeds=[0], max_train=32, max_eval=32), acquisition=dict(max_words=20, n_contexts=4),
-             syntax_heads=dict(n_words=800, min_pairs=5), minimal_pairs=dict(max_pairs=4))
+             syntax_heads=dict(n_words=800, min_pairs=5), minimal_pairs=dict(max_pairs=4), icl=dict(n_blocks=8),
+             similarity=dict(n_blocks=8, n_tokens=128, n_boot=10), essential_dynamics=dict(n_blocks=8),
+             llc=dict(n_blocks=16, chains=2, draws=10, burnin=5, batch_size=4, lr=1e-4))
 
 
 def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, causal_runs):
@@ -131,6 +133,8 @@ def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, 
     assert Run(run).table('acquisition')['aoa'].isna().all() and Run(run).table('acquisition')['fit'].str.contains('at least 4').all()
     assert 'clm_loss_increase' in set(Run(run).table('surgery')['metric'])
     assert set(Run(run).table('minimal_pairs')['scorer']) == {'log-likelihood'}          # a causal LM's own likelihood
+    assert set(Run(run).table('icl')['prediction']) == {'next-token'} and (Run(run).table('llc')['loss'] == 'next-token').all()
+    assert 'note' in Run(run).table('essential_dynamics')                                 # one step: no path, and the table says why
     assert 'sentiment' in set(Run(run).table('finetune')['task'])
     with pytest.raises(NlEmbryoError, match="'next-sentence-mc' needs a MultipleChoice head, which transformers does not have for the causal"):
         analyze(run, 'finetune', steps=[6], progress=False, charts=False, **dict(SMALL['finetune'], tasks=['next-sentence-mc']))

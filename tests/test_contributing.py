@@ -9,7 +9,8 @@ import pytest
 from nl_embryo.core import NlEmbryoError
 
 CHAPTER = Path(__file__).resolve().parent.parent/'nbs'/'19_contributing.ipynb'
-SMALL = dict(probes=dict(n_words=300), attention=dict(n_sentences=24, map_len=16), reconstruction=dict(per_group=12), minimal_pairs=dict(max_pairs=4))
+SMALL = dict(probes=dict(n_words=300), attention=dict(n_sentences=24, map_len=16), reconstruction=dict(per_group=12), minimal_pairs=dict(max_pairs=4),
+             icl=dict(n_blocks=8), similarity=dict(n_blocks=8, n_tokens=128, n_boot=10))
 
 
 def chapter_cell(marker: str) -> str:
@@ -44,7 +45,7 @@ def test_the_chapter_s_opt_entry_trains_and_gets_every_default_analysis(tmp_path
         if not a.default: continue
         df = analyze(run, name, progress=False, charts=False, **SMALL.get(name, {}))
         ran[name] = sorted(df['step'].unique())
-    assert set(ran) == {'probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'weights', 'syntax_heads', 'minimal_pairs'} and all(s == [0, 4] for s in ran.values()), ran
+    assert set(ran) == {'probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'weights', 'syntax_heads', 'minimal_pairs', 'icl', 'similarity'} and all(s == [0, 4] for s in ran.values()), ran
     surgery = run.table('surgery')
     assert {'reverse', 'clean:block1', 'remove:1'} <= set(surgery['surgery'])          # the interventions found its layers through its parts map
 

@@ -5,6 +5,7 @@ errors for an analysis folder inside the source and for a folder that is no time
 import hashlib, json, os, pickle, shutil, stat, subprocess, warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -133,6 +134,26 @@ def trainer_out(tmp_path_factory, english_tokenizer):
         trainer.train()
     return out
 
+
+def test_a_trainer_timeline_gets_the_model_intrinsic_analyses_and_stages(tmp_path, trainer_out):
+    "ICL, similarity, essential dynamics and the LLC on a foreign timeline (its eval text named): read in place, tables in --out, a stage table."
+    from nl_embryo.analysis import analyze
+    before = tree_digest(trainer_out)
+    run = Run(trainer_out, out=tmp_path/'A', eval_text='english')
+    icl = analyze(run, 'icl', n_blocks=8, progress=False)
+    s = icl[icl['metric'] == 'icl_score']
+    assert set(s['step']) == {2, 4, 6} and ((s['lo'] <= s['value']) & (s['value'] <= s['hi'])).all() and set(icl['prediction']) == {'masked'}
+    sim = analyze(run, 'similarity', n_blocks=8, n_tokens=128, n_boot=10, progress=False)
+    last = sim[(sim['metric'] == 'cka_last') & (sim['step'] == 6)]
+    assert np.allclose(last['value'], 1) and set(sim.loc[sim['metric'] == 'cka_previous', 'other_step']) == {2, 4}
+    analyze(run, 'essential_dynamics', n_blocks=8, progress=False)
+    ed = run.table('essential_dynamics')
+    assert list(ed['step']) == [2, 4, 6] and ed['angle'].notna().sum() == 1 and (ed['n_tokens'] > 10).all()
+    llc = analyze(run, 'llc', n_blocks=16, chains=2, draws=10, burnin=5, batch_size=4, progress=False)    # calibrated at step 6
+    assert set(llc['step']) == {2, 4, 6} and (llc['calibrated_at'] == 6).all() and llc['lr'].nunique() == 1
+    assert (run.home/'analysis'/'llc_calibration.csv').exists() and set(llc['status']) <= {'ok', 'not settled', 'diverged', 'not at a minimum'}
+    assert set(run.stages()['kind']) <= {'onset', 'boundary'}
+    assert tree_digest(trainer_out) == before
 
 def _collator_takes_seed() -> bool:
     import inspect
