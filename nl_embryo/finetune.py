@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from .objectives import MASK_PROB, mlm_objective, step_generator
 from .registry import Analysis, analyze, register
 from .catalog import CATALOG
-from .stats import detectable_difference, multi_bootstrap, t_interval, verdict, welch_interval
+from .stats import detectable_difference, holm_levels, multi_bootstrap, paired_t_pvalue, t_interval, verdict, welch_interval
 from .charts import step_axis
 from .core import NlEmbryoError, seed_everything, get_device
 from .models import is_causal, is_pair, quiet_transformers, mlm_head, max_positions
@@ -596,13 +596,18 @@ def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pr
                    split: str = 'test',    # the split scored
                    level: float = 0.95,    # the coverage of the intervals
                    seed: int = 0,          # seed of the bootstrap
-                  ) -> pd.DataFrame:       # one row per claim: claim, difference, lo, hi, t_lo, t_hi, n_seeds, verdict, detectable
+                   adjust: bool = True,    # Holm-adjust the verdicts for the family of `orderings` (False: each claim at `level` alone)
+                   family=None,            # the orderings of the experiment, Holm's family (None: `orderings`); only `orderings` are returned
+                  ) -> pd.DataFrame:       # one row per claim: claim, difference, lo, hi, t_lo, t_hi, p, level_holm, adj_lo, adj_hi, adj_t_lo, adj_t_hi, n_seeds, raw_verdict, verdict, detectable
     """Each claimed ordering `(a, b)` over pre-training seeds, the arms paired by pre-training seed and fine-tuning seed
     (the same initialisation, data and data order): the difference of means with the multi-bootstrap interval
     (`lo`, `hi`: pre-training seeds resampled, and fine-tuning seeds within them) and Student's t interval of the
     per-pre-training-seed differences (`t_lo`, `t_hi`). The verdict is `holds` (or `fails`) only when both intervals
     clear 0: at three seeds a bootstrap interval is narrow, the t interval is not. `detectable` is the smallest
-    difference the paired design detects with 80% power (`detectable_difference` of the per-seed differences)."""
+    difference the paired design detects with 80% power (`detectable_difference` of the per-seed differences).
+    The orderings are one family: with `adjust`, Holm's procedure (`holm_levels`, on the paired t test's `p`) gives each
+    claim its level `level_holm`, both intervals are computed again at it (`adj_*`), and `verdict` is `holds` or `fails`
+    only where Holm rejects the claim's null and both adjusted intervals clear 0; `raw_verdict` is the verdict at `level`."""
     need = {row, 'pretrain_seed', 'seed', 'split', 'primary', 'task', 'value'}
     if not need <= set(results.columns):
         raise NlEmbryoError(f"the results lack {sorted(need - set(results.columns))}",
@@ -611,7 +616,7 @@ def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pr
     if task is not None: r = r[r['task'] == task]
     per = r.groupby([row, 'pretrain_seed', 'seed'])['value'].mean()          # the average over tasks (or the one task)
     out = []
-    for a, b in orderings:
+    for a, b in dict.fromkeys(map(tuple, [*orderings, *(family or ())])):
         if a not in per.index.get_level_values(0) or b not in per.index.get_level_values(0):
             raise NlEmbryoError(f"no {split} results for {a!r} or {b!r}", f"arms present: {', '.join(map(str, dict.fromkeys(per.index.get_level_values(0))))}")
         A, B = per.loc[a].unstack('seed'), per.loc[b].unstack('seed')
@@ -625,22 +630,36 @@ def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pr
         diffs = (A - B).mean(axis=1).to_numpy()
         _, t_lo, t_hi = t_interval(diffs, level)
         v = verdict(mb['lo'], mb['hi'])
-        out.append(dict(claim=f"{a} > {b}", difference=mb['estimate'], lo=mb['lo'], hi=mb['hi'], t_lo=t_lo, t_hi=t_hi,
-                        n_seeds=f"{len(A)} x {A.shape[1]}", verdict=v if v == verdict(t_lo, t_hi) else 'within noise',
-                        detectable=detectable_difference(diffs, level=level)))
-    return pd.DataFrame(out)
+        out.append(dict(claim=f"{a} > {b}", difference=mb['estimate'], lo=mb['lo'], hi=mb['hi'], t_lo=t_lo, t_hi=t_hi, p=paired_t_pvalue(diffs),
+                        n_seeds=f"{len(A)} x {A.shape[1]}", raw_verdict=v if v == verdict(t_lo, t_hi) else 'within noise',
+                        detectable=detectable_difference(diffs, level=level), _arms=(A, B, diffs)))
+    levels, rejected = holm_levels([o['p'] for o in out], 1 - level) if adjust else (np.full(len(out), level), np.ones(len(out), bool))
+    for o, lv, rj in zip(out, levels, rejected):           # each claim's intervals again at its Holm level; the verdict from them
+        A, B, diffs = o.pop('_arms')
+        mb = multi_bootstrap(A.to_numpy(), B.to_numpy(), paired=True, level=lv, seed=seed)
+        _, t_lo, t_hi = t_interval(diffs, lv)
+        v = verdict(mb['lo'], mb['hi'])
+        o.update(level_holm=lv, adj_lo=mb['lo'], adj_hi=mb['hi'], adj_t_lo=t_lo, adj_t_hi=t_hi,
+                 verdict=v if rj and v == verdict(t_lo, t_hi) else 'within noise')
+    cols = ['claim', 'difference', 'lo', 'hi', 't_lo', 't_hi', 'p', 'level_holm', 'adj_lo', 'adj_hi', 'adj_t_lo', 'adj_t_hi', 'n_seeds',
+            'raw_verdict', 'verdict', 'detectable']
+    df = pd.DataFrame(out, columns=cols)
+    return df[df['claim'].isin([f"{a} > {b}" for a, b in orderings])].reset_index(drop=True)
 
 # %% ../nbs/11_finetune.ipynb #9d8bf609
 def seeded_markdown(table: pd.DataFrame,   # the frame of `compare_seeded`
                     first: str | None = None,  # a column of `table` to show before the claim (for example the paper)
                    ) -> str:               # a Markdown table, one line per claim
-    "`compare_seeded`'s claims as a Markdown table: the difference, both intervals, the verdict and the smallest detectable difference."
+    """`compare_seeded`'s claims as a Markdown table: the difference, both intervals at 95% and the verdict they give alone,
+    then each claim's Holm level, both intervals at it and the verdict after adjustment, and the smallest detectable difference."""
     num = lambda x: f"{x:+.3f}".replace('-', '−')
     seeds = sorted({str(n).split(' x ')[0] for n in table['n_seeds']})
     head = ([first] if first else []) + ['ordering', 'difference', 'multi-bootstrap interval', f"t interval ({'/'.join(seeds)} pre-training seeds)",
-                                         'verdict', 'smallest difference detectable (80% power)']
+                                         'verdict alone', 'Holm level', 'adjusted multi-bootstrap', 'adjusted t', 'verdict (adjusted)',
+                                         'smallest difference detectable (80% power)']
     rows = [([str(getattr(r, first))] if first else [])
-            + [r.claim, num(r.difference), f"({num(r.lo)}, {num(r.hi)})", f"({num(r.t_lo)}, {num(r.t_hi)})", r.verdict, f"{r.detectable:.3f}"]
+            + [r.claim, num(r.difference), f"({num(r.lo)}, {num(r.hi)})", f"({num(r.t_lo)}, {num(r.t_hi)})", r.raw_verdict, f"{100 * r.level_holm:.2f}%",
+               f"({num(r.adj_lo)}, {num(r.adj_hi)})", f"({num(r.adj_t_lo)}, {num(r.adj_t_hi)})", r.verdict, f"{r.detectable:.3f}"]
             for r in table.itertuples()]
     line = lambda cells: '| ' + ' | '.join(cells) + ' |'
     return '\n'.join([line(head), '|' + '---|' * len(head)] + [line(r) for r in rows])

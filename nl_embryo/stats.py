@@ -12,7 +12,7 @@ from .core import NlEmbryoError
 
 # %% auto #0
 __all__ = ['INTERVAL_LEVEL', 'N_BOOT', 'ONE_SEED', 'cluster_bootstrap', 'interval_columns', 't_interval', 'welch_interval',
-           'verdict', 'detectable_difference', 'multi_bootstrap', 'seeds_interval']
+           'verdict', 'holm_levels', 'paired_t_pvalue', 'detectable_difference', 'multi_bootstrap', 'seeds_interval']
 
 # %% ../nbs/00b_stats.ipynb #b0a5eee3
 INTERVAL_LEVEL = 0.95   # the level of every interval nl_embryo reports
@@ -94,6 +94,31 @@ def verdict(lo: float,  # the lower end of a difference's interval
            ) -> str:    # 'holds', 'fails' or 'within noise'
     "The verdict on a claimed `a > b` from the interval of `a - b`: `holds` above 0, `fails` below 0, else `within noise`."
     return 'holds' if lo > 0 else 'fails' if hi < 0 else 'within noise'
+
+# %% ../nbs/00b_stats.ipynb #095a9329
+def holm_levels(pvalues,                          # one p-value per claim of the family (NaN: not tested)
+                alpha: float = 1 - INTERVAL_LEVEL, # the family-wise error rate
+               ) -> tuple[np.ndarray, np.ndarray]: # (each claim's interval level, whether Holm's procedure rejects it)
+    "Holm's step-down procedure: each claim's level 1 − alpha / (m − r + 1) (r its rank by p-value) and whether it is rejected (see the text)."
+    p = np.asarray(pvalues, dtype=float)
+    ok = ~np.isnan(p)
+    m, order = int(ok.sum()), np.argsort(np.where(ok, p, np.inf), kind='stable')
+    levels, rejected, going = np.full(len(p), np.nan), np.zeros(len(p), bool), True
+    for r, i in enumerate(order[:m]):
+        a = alpha / (m - r)
+        levels[i] = 1 - a
+        going = going and p[i] <= a
+        rejected[i] = going
+    return levels, rejected
+
+def paired_t_pvalue(diffs,  # per pre-training seed, the difference of the two arms
+                   ) -> float:  # the two-sided p-value of Student's t test that the mean difference is 0 (NaN with fewer than two)
+    "The two-sided p-value of the paired t test of the per-seed differences."
+    d = np.asarray(diffs, dtype=float); d = d[~np.isnan(d)]
+    if len(d) < 2: return np.nan
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    if se == 0: return 0.0 if d.mean() != 0 else 1.0
+    return float(2 * _scipy_stats.t.sf(abs(d.mean()) / se, len(d) - 1))
 
 # %% ../nbs/00b_stats.ipynb #f4be471b
 def detectable_difference(a,                              # the values of the first arm (seeds); with `b` None: paired differences, one per seed

@@ -169,7 +169,7 @@ def test_seeded_experiments_are_stated_as_their_data_say(folder):
     test items, every ordering's line in the notebook and in results.ipynb is what `compare_seeded` computes from the
     stored per-seed results, and its run record gives the time it took."""
     import json
-    from nl_embryo.finetune import compare_seeded, seeded_arms
+    from nl_embryo.finetune import compare_seeded, seeded_arms, seeded_markdown
     stated, names = SEEDED[folder]
     arms = seeded_arms(ROOT/'nbs'/'data'/'experiments'/folder)      # as run.json names them: its own and the reused arms
     assert set(arms['arm']) == names
@@ -178,13 +178,28 @@ def test_seeded_experiments_are_stated_as_their_data_say(folder):
     assert test.groupby('arm')['n_eval'].nunique().eq(1).all() and test['n_eval'].nunique() == 1    # the same items in every arm
     info = json.loads((ROOT/'nbs'/'data'/'experiments'/folder/'run.json').read_text())
     assert 0 < info['minutes'] <= 60 and info['design']
-    num = lambda x: f"{x:+.3f}".replace('-', '−')
+    family = [o for orderings in stated.values() for o in orderings]    # the experiment's orderings: one Holm family
     for notebook, orderings in stated.items():
-        seeded = compare_seeded(arms, orderings)
+        seeded = compare_seeded(arms, orderings, family=family)
+        assert (seeded['level_holm'] >= 0.95).all() and (seeded['adj_t_lo'] <= seeded['t_lo'] + 1e-12).all()
+        assert not ((seeded['verdict'] != 'within noise') & (seeded['raw_verdict'] == 'within noise')).any()   # adjusting only withdraws verdicts
         for notebook_name in (notebook, 'results'):
             nb = json.loads((ROOT/'nbs'/'experiments'/f'{notebook_name}.ipynb').read_text())
             shown = ''.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code'
                             for o in c.get('outputs', []))
-            for r in seeded.itertuples():
-                line = f"| {r.claim} | {num(r.difference)} | ({num(r.lo)}, {num(r.hi)}) | ({num(r.t_lo)}, {num(r.t_hi)}) | {r.verdict} | {r.detectable:.3f} |"
+            for line in seeded_markdown(seeded).splitlines()[2:]:          # raw and Holm-adjusted intervals and verdicts
                 assert line in shown, (notebook_name, line)
+
+
+def test_the_readme_counts_the_verdicts_that_holm_s_adjustment_withdraws():
+    "The README's count of verdicts that hold (or fail) alone and are within noise after the Holm adjustment, recomputed."
+    from nl_embryo.finetune import compare_seeded, seeded_arms
+    withdrawn = {'holds': 0, 'fails': 0}
+    for folder, (stated, _) in SEEDED.items():
+        s = compare_seeded(seeded_arms(ROOT/'nbs'/'data'/'experiments'/folder), [o for os in stated.values() for o in os])
+        assert (s.loc[s['raw_verdict'] != s['verdict'], 'verdict'] == 'within noise').all()
+        for v in ('holds', 'fails'): withdrawn[v] += int(((s['raw_verdict'] == v) & (s['verdict'] == 'within noise')).sum())
+    words = dict(enumerate(['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine']))
+    readme = ' '.join((ROOT/'README.md').read_text().split())
+    assert (f"({words[withdrawn['holds']]} that hold alone, and {words[withdrawn['fails']]} that fails alone, are within noise "
+            "after it)") in readme, withdrawn
