@@ -125,8 +125,11 @@ def test_analyze_a_folder_of_seeds_pools_the_minimal_pairs(en_seeds, capsys):
 
 def test_a_folder_of_seeds_gets_the_model_intrinsic_analyses_with_seeds_compared(en_seeds, capsys):
     "ICL pooled over seeds, similarity between the seeds at each step, and a stage table per seed."
-    rc, text = cli(capsys, 'analyze', en_seeds, '--icl', '8', '--similarity', '128', '--steps', '0,8,16', '--quiet')
-    assert rc == 0 and 'icl: ' in text and 'similarity_seeds: ' in text, text
+    rc, text = cli(capsys, 'analyze', en_seeds, '--icl', '8', '--similarity', '128', '--essential-dynamics', '8', '--steps', '0,8,16', '--quiet')
+    assert rc == 0 and 'icl: ' in text and 'similarity_seeds: ' in text and 'essential_dynamics' in text, text
+    for seed in ('seed0', 'seed1'):                                    # each seed's own output path over the three steps
+        ed = pd.read_parquet(en_seeds/seed/'analysis'/'essential_dynamics.parquet')
+        assert list(ed['step']) == [0, 8, 16] and ed['angle'].notna().sum() == 1 and (ed['n_tokens'] > 10).all()
     icl = pd.read_parquet(en_seeds/'analysis'/'icl.parquet')
     assert (icl['n_seeds'] == 2).any() and set(icl['run']) >= {'seed0', 'seed1'}
     seeds = pd.read_parquet(en_seeds/'analysis'/'similarity_seeds.parquet')
