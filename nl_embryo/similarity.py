@@ -5,6 +5,7 @@
 # %% ../nbs/08d_similarity.ipynb #65c6afe9
 from __future__ import annotations
 import functools
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -16,9 +17,9 @@ from .registry import Analysis, register
 from .timeline import Run
 
 # %% auto #0
-__all__ = ['SIMILARITY_VERSION', 'SIMILARITY', 'centered_gram', 'linear_cka', 'cka_interval', 'layer_features', 'token_sample',
-           'similarity_checkpoint', 'similarity_inputs', 'seed_similarity', 'similarity_jumps', 'similarity_chart',
-           'similarity_charts', 'similarity_section']
+__all__ = ['MIN_TOKENS', 'SIMILARITY_VERSION', 'SIMILARITY', 'centered_gram', 'linear_cka', 'cka_interval', 'layer_features',
+           'token_sample', 'similarity_checkpoint', 'similarity_inputs', 'seed_similarity', 'similarity_jumps',
+           'similarity_chart', 'similarity_charts', 'similarity_section']
 
 # %% ../nbs/08d_similarity.ipynb #dbab712e
 def centered_gram(X,  # features, (n tokens, d)
@@ -87,17 +88,23 @@ def layer_features(model,              # a transformers model (for an ELECTRA pa
         for o, h in zip(out, hs): o[at] = h[r, c].float().cpu().numpy()
     return out
 
+MIN_TOKENS = 64   # fewer sampled tokens than this give no comparison: CKA's bias on n tokens grows as 1/n
+
 def token_sample(blocks,               # token ids, blocks × positions
                  n_tokens: int = 512,  # tokens to sample
                  special=None,         # ids never sampled; None: nl_embryo's special ids (below `N_SPECIAL`)
                  seed: int = 0,        # seed of the sample
                 ) -> tuple[np.ndarray, np.ndarray]:  # (rows, cols), sorted by block
-    "A fixed random sample of the non-special tokens of `blocks`: their blocks and positions."
+    "A fixed random sample of the non-special tokens of `blocks` (all of them, with a warning, where they are fewer): their blocks and positions."
     from nl_embryo.architectures import N_SPECIAL
     b = np.asarray(blocks)
     ok = b >= N_SPECIAL if special is None else ~np.isin(b, list(special))
     r, c = np.nonzero(ok)
-    if len(r) < n_tokens: raise NlEmbryoError(f"the blocks hold {len(r)} tokens, fewer than n_tokens={n_tokens}", "score more blocks or sample fewer tokens")
+    if len(r) < min(n_tokens, MIN_TOKENS):
+        raise NlEmbryoError(f"the blocks hold {len(r)} tokens, fewer than the {min(n_tokens, MIN_TOKENS)} a comparison needs", "score more or longer blocks")
+    if len(r) < n_tokens:
+        warnings.warn(f"the blocks hold {len(r)} tokens, fewer than n_tokens={n_tokens}: all {len(r)} are taken")
+        n_tokens = len(r)
     pick = np.sort(np.random.default_rng(seed).choice(len(r), n_tokens, replace=False))
     return r[pick], c[pick]
 

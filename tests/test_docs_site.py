@@ -157,7 +157,7 @@ def test_no_dead_internal_links(site):
     assert dead == [], f"{len(dead)} dead link(s): {dead[:10]}"
     # the API anchors the README links to exist on the site
     readme = (ROOT/'README.md').read_text(encoding='utf-8')
-    anchors = set(re.findall(r'https://nl-embryo\.github\.io/nl_embryo/([\w/]+\.html)#([\w.]+)', readme))
+    anchors = set(re.findall(r'https://nl-embryo\.github\.io/nl_embryo/([\w/]+\.html)#([\w.-]+)', readme))
     anchors |= {('timeline.html', a) for a in ('run.map', 'run.load', 'run.metrics', 'run.steps')} | {('probes.html', 'probetask.data')}
     for page, a in sorted(anchors):
         if (site/page).exists() or page in PAGES:
