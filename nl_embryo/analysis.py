@@ -10,14 +10,14 @@ __all__ = ['BUILTIN', 'analyses', 'ANALYSES', 'Analysis', 'Section', 'analysis_t
 from .registry import (ANALYSES, Analysis, Section, analysis_tables, analyze, get_analysis, register, report_section,
                                 show_section)
 from . import probes, reconstruction, attention, knowledge, surgery, weights, finetune, acquisition, syntax_heads, minimal_pairs   # each registers its analysis
-from . import icl, similarity, essential_dynamics, llc, stages   # the model-intrinsic analyses; stages adds `Run.stages()`
+from . import icl, similarity, essential_dynamics, llc, induction, stages   # the model-intrinsic analyses; stages adds `Run.stages()`
 from .catalog import load_plugins
 
 _all_ = ['ANALYSES', 'Analysis', 'Section', 'analysis_tables', 'analyze', 'get_analysis', 'register', 'report_section', 'show_section']
 
 # %% ../nbs/12a_analysis.ipynb #24bef4d6
 BUILTIN = ('probes', 'reconstruction', 'attention', 'knowledge', 'surgery', 'weights', 'finetune', 'syntax_heads', 'minimal_pairs', 'icl', 'similarity',
-           'acquisition', 'essential_dynamics', 'llc')   # the built-in analyses, by table name
+           'acquisition', 'essential_dynamics', 'llc', 'induction')   # the built-in analyses, by table name
 
 def analyses() -> dict[str, Analysis]:
     """The registry, with every built-in analysis in it and those of installed plug-ins (`nl_embryo.catalog.load_plugins`):

@@ -309,12 +309,15 @@ def repeat_batch(vocab_size: int,            # the model's vocabulary size: ids 
                  half_len: int = 24,         # h: the random sequence's length (distinct tokens)
                  seed: int = 0,              # the sampling seed: the same seed gives the same sequences
                  bos: int | None = CLS_ID,   # the token before each sequence (None: none)
+                 weights=None,               # per id (`vocab_size` of them), the weights to draw by (e.g. corpus counts); None: uniform
                 ) -> torch.Tensor:           # token ids, n_seqs × (prefix + 2·half_len)
-    "`n_seqs` sequences `[bos] x₁…x_h x₁…x_h`: h distinct non-special ids (≥ `N_SPECIAL`) drawn uniformly, then the same again."
-    if vocab_size - N_SPECIAL < half_len:
-        raise NlEmbryoError(f"a vocabulary of {vocab_size} has {vocab_size - N_SPECIAL} non-special ids, fewer than half_len={half_len}", "use a smaller half_len")
+    "`n_seqs` sequences `[bos] x₁…x_h x₁…x_h`: h distinct non-special ids (≥ `N_SPECIAL`) drawn uniformly (or by `weights`), then the same again."
+    p = None if weights is None else np.asarray(weights, dtype=np.float64)[N_SPECIAL:vocab_size]
+    have = vocab_size - N_SPECIAL if p is None else int((p > 0).sum())
+    if have < half_len:
+        raise NlEmbryoError(f"a vocabulary of {vocab_size} has {have} non-special ids{'' if p is None else ' of weight above 0'}, fewer than half_len={half_len}", "use a smaller half_len")
     rng = np.random.default_rng(seed)
-    x = np.stack([rng.choice(np.arange(N_SPECIAL, vocab_size), half_len, replace=False) for _ in range(n_seqs)])
+    x = np.stack([rng.choice(np.arange(N_SPECIAL, vocab_size), half_len, replace=False, p=None if p is None else p / p.sum()) for _ in range(n_seqs)])
     lead = np.full((n_seqs, 0 if bos is None else 1), 0 if bos is None else bos)
     return torch.from_numpy(np.concatenate([lead, x, x], 1)).long()
 

@@ -16,7 +16,7 @@ from .models import is_causal, lm_head
 from .objectives import EVAL_MASK_SPLIT, MASK_ID, MASK_PROB, mask_tokens, masked_lm_logits, step_generator
 from .registry import Analysis, register
 from .stats import cluster_bootstrap
-from .timeline import Run, clearing_hold, first_clearing
+from .timeline import MIN_NATS, Run, clearing_hold, first_clearing
 
 # %% auto #0
 __all__ = ['ICL_VERSION', 'ICL', 'icl_windows', 'position_losses', 'icl_scores', 'icl_checkpoint', 'icl_inputs', 'icl_onset',
@@ -135,16 +135,16 @@ def icl_inputs(run,                      # the run (a `Run` or its path): its co
 # %% ../nbs/08c_icl.ipynb #84f13150
 def icl_onset(df: pd.DataFrame,  # the `icl` table of one option set (one run)
              ) -> list[dict]:    # one phase row (`timeline.PHASE_COLUMNS`), or none without a score
-    "The first step whose score's interval is below 0 and below the first checkpoint's interval, as a phase row."
+    "The first step whose score's interval is below 0 and below the first checkpoint's interval, with the score at least `MIN_NATS` below that, as a phase row."
     d = df[df['metric'] == 'icl_score'].sort_values('step')
     if d.empty: return []
     ref = min(0.0, float(d['lo'].iloc[0])) if d['step'].iloc[0] == 0 else 0.0
-    clears = (d['hi'] < ref).to_numpy()
+    clears = ((d['hi'] < ref) & (d['value'] <= ref - MIN_NATS)).to_numpy()    # beyond the noise, and by at least MIN_NATS
     step, step_lo = first_clearing(d['step'], clears)
     r = d[d['step'] == (step if step is not None else d['step'].iloc[-1])].iloc[0]
     return [dict(phase='in-context learning', step=step, step_lo=step_lo, **clearing_hold(d['step'], clears, step), value=float(r['value']),
                  lo=float(r['lo']), hi=float(r['hi']), reference=ref, source='icl',
-                 detail=f"late minus early loss {r['value']:+.3f} nats ({r['lo']:+.3f} to {r['hi']:+.3f}) at step {int(r['step'])}, against {ref:+.3f}")]
+                 detail=f"late minus early loss {r['value']:+.3f} nats ({r['lo']:+.3f} to {r['hi']:+.3f}) at step {int(r['step'])}, against {ref:+.3f} (an onset needs its whole interval below it and {MIN_NATS} nat)")]
 
 def icl_phases(run,             # a `Run` (or its path) with an `icl` table
               ) -> list[dict]:  # its onset (`icl_onset`), or none

@@ -13,7 +13,7 @@ from .core import NlEmbryoError, cache_path
 from .catalog import CATALOG
 from .registry import Analysis, part_for, register
 from .stats import cluster_bootstrap
-from .timeline import Run, clearing_hold, first_clearing, options_key
+from .timeline import MIN_ITEMS, MIN_SHARE, Run, clearing_hold, clears_baseline, first_clearing, options_key
 
 # %% auto #0
 __all__ = ['PHENOMENA', 'MINIMAL_PAIRS_VERSION', 'MAX_PAIRS', 'DEFAULTS', 'COLLECTIVE_NOUNS', 'SOURCES', 'SERIES',
@@ -349,13 +349,15 @@ def minimal_pairs_onsets(df: pd.DataFrame,  # the `minimal_pairs` table of one o
     "Per phenomenon, the first step whose interval clears chance, the unigram baseline and the step-0 network (see the text)."
     rows = []
     for ph, g in with_step0(df).sort_values('step').groupby('phenomenon', sort=True):
-        clears = (g['lo'] > g['baseline_hi']).to_numpy()
+        base = np.fmax(np.fmax(g['unigram'].to_numpy(float), g['step0'].to_numpy(float)), 0.5)    # the strongest baseline's value
+        clears = clears_baseline(g['lo'], g['value'], base, g['n'], base_hi=g['baseline_hi'])
         step, step_lo = first_clearing(g['step'], clears)
         r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
         rows.append(dict(phase=f'minimal pairs: {ph}', step=step, step_lo=step_lo, **clearing_hold(g['step'], clears, step),
                          value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=float(r['baseline_hi']), source='minimal_pairs',
                          detail=f"accuracy {r['value']:.3f} ({r['lo']:.3f}–{r['hi']:.3f}) against unigram {r['unigram']:.3f} (up to "
-                                f"{r['unigram_hi']:.3f}), step-0 network {r['step0']:.3f} (up to {r['step0_hi']:.3f}); {int(r['n'])} pairs"))
+                                f"{r['unigram_hi']:.3f}), step-0 network {r['step0']:.3f} (up to {r['step0_hi']:.3f}); {int(r['n'])} pairs; "
+                                f"an onset also needs {MIN_ITEMS} pairs and {MIN_SHARE} above the strongest baseline"))
     return rows
 
 def minimal_pairs_phases(run,              # a `Run` (or its path) with a `minimal_pairs` table
@@ -418,7 +420,7 @@ def minimal_pairs_section(run,          # the run reported on (the section reads
     parts = [f"For six phenomena of English grammar, {int(df['n'].min())}–{int(df['n'].max())} minimal pairs each, made from sentences no "
              "pre-training corpus holds (one word changed so that an agreement breaks): the share of pairs whose grammatical sentence "
              f"has the higher {scorer}, against chance, a unigram model of word frequencies and the step-0 network (BLiMP's measure, "
-             "Warstadt et al. 2020). A phenomenon is learned where the interval's lower end clears all three. "
+             "Warstadt et al. 2020). A phenomenon is learned where the interval's lower end clears all three, by at least 10 pairs and 0.02. "
              + (f"Learned: {', '.join(learned)}." if learned else f"No phenomenon is learned by step {int(df['step'].max())}."),
              minimal_pairs_chart(df),
              last[['phenomenon', 'value', 'lo', 'hi', 'unigram', 'unigram_hi', 'step0', 'step0_hi', 'against_frequency', 'n_against_frequency', 'n']]

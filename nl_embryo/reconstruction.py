@@ -16,7 +16,7 @@ from .catalog import CATALOG
 from .stats import cluster_bootstrap, interval_columns
 from .charts import interval_band, line_legend, step_axis
 from .core import NlEmbryoError, autocast_dtype, torch_threads
-from .timeline import Run, clearing_hold, first_clearing
+from .timeline import MIN_ITEMS, MIN_SHARE, Run, clearing_hold, clears_baseline, first_clearing
 from .words import align_words, max_input_length, token_batches, words_frame
 from .data import brown_base_tag, brown_verb_form, load_brown_tagged
 from .splits import eval_sentence_ids
@@ -409,7 +409,7 @@ def reconstruction_charts(tables: dict, # the analysis tables: `'reconstruction'
 def prediction_phases(run,  # a `Run` with a reconstruction table
                      ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
     """Per part of speech, the first step whose prediction interval (mask prediction; next-word prediction for a causal
-    run) clears the class's step-0 value (`first_clearing`)."""
+    run) clears the class's step-0 value, by at least `MIN_ITEMS` words and `MIN_SHARE` (`clears_baseline`, `first_clearing`)."""
     rec = run.table('reconstruction') if run.has_table('reconstruction') else None
     if rec is None or rec.empty: return []
     d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & rec['value'].notna()].sort_values('step')
@@ -417,14 +417,15 @@ def prediction_phases(run,  # a `Run` with a reconstruction table
     for group, g in d.groupby('group', sort=False):
         base, first = float(g['value'].iloc[0]), int(g['step'].iloc[0])
         lo = g['lo'].fillna(g['value']) if 'lo' in g else g['value']
-        step, step_lo = first_clearing(g['step'], lo > base)
-        hold = clearing_hold(g['step'], lo > base, step)
+        clears = clears_baseline(lo, g['value'], base, g['n'])
+        step, step_lo = first_clearing(g['step'], clears)
+        hold = clearing_hold(g['step'], clears, step)
         r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
         was = f"its step-{first} value {base:.3f}" + ('' if first == 0 else ' (no step 0 measured: the first checkpoint is the baseline)')
         rows.append(dict(phase=f'{what}: {group}', step=step, step_lo=step_lo, **hold, value=float(r['value']), lo=float(lo[r.name]),
                          hi=float(r.get('hi', r['value'])), reference=base, source='reconstruction',
-                         detail=(f"95% interval's lower end above {was}, after step {step_lo}" if step is not None else
-                                 f"not beyond {was} by step {step_lo} ({r['value']:.3f}, interval from {lo[r.name]:.3f})")))
+                         detail=(f"95% interval's lower end above {was}, by at least {MIN_ITEMS} words and {MIN_SHARE}, after step {step_lo}" if step is not None else
+                                 f"not beyond {was} by the interval and by {MIN_ITEMS} words and {MIN_SHARE} by step {step_lo} ({r['value']:.3f}, interval from {lo[r.name]:.3f})")))
     measured = set(d['group'])
     short = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & ~rec['group'].isin(measured)]
     for group, g in short.groupby('group', sort=False):       # a class under its quota at every step: named, never silently absent

@@ -16,7 +16,7 @@ from .models import is_causal, max_positions
 from .probes import probe_task
 from .registry import Analysis, register
 from .stats import cluster_bootstrap
-from .timeline import Run, clearing_hold, first_clearing
+from .timeline import MIN_ITEMS, MIN_SHARE, Run, clearing_hold, clears_baseline, first_clearing
 from .words import align_words
 
 # %% auto #0
@@ -117,17 +117,17 @@ def syntax_heads_inputs(run,                          # the run (a `Run` or its 
 
 def syntax_heads_phases(run,              # a `Run` with a `syntax_heads` table
                        ) -> list[dict]:  # phase rows, one per relation and direction
-    "Per relation and direction, the first step whose best head's interval clears the best offset's upper end."
+    "Per relation and direction, the first step whose best head's interval clears the best offset's upper end, by at least `MIN_ITEMS` words and `MIN_SHARE` (`clears_baseline`)."
     if not run.has_table('syntax_heads'): return []
     d, rows = run.table('syntax_heads').sort_values('step'), []
     for (rel, direction), g in d.groupby(['relation', 'direction'], sort=True):
-        clears = (g['lo'] > g['baseline_hi']).to_numpy()
+        clears = clears_baseline(g['lo'], g['value'], g['baseline'], g['n'], base_hi=g['baseline_hi'])
         step, step_lo = first_clearing(g['step'], clears)
         r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
         rows.append(dict(phase=f'syntactic head: {rel} ({direction})', step=step, step_lo=step_lo, **clearing_hold(g['step'], clears, step),
                          value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=float(r['baseline_hi']), source='syntax_heads',
                          detail=f"layer {int(r['layer'])} head {int(r['head'])}: {r['value']:.3f} ({r['lo']:.3f}–{r['hi']:.3f}) against offset "
-                                f"{int(r['offset']):+d} at {r['baseline']:.3f} (up to {r['baseline_hi']:.3f})"))
+                                f"{int(r['offset']):+d} at {r['baseline']:.3f} (up to {r['baseline_hi']:.3f}); an onset also needs {MIN_ITEMS} words and {MIN_SHARE} above the offset"))
     return rows
 
 # %% ../nbs/08b_syntax_heads.ipynb #3a9aad79

@@ -22,10 +22,10 @@ from .options import EVAL_LOSSES, PLATEAU_MARGIN
 # timeline, verifying it and reading its tables need neither (`nl-embryo timeline` and `verify` stay light)
 
 # %% auto #0
-__all__ = ['EVAL_TEXT_FILE', 'CONTENT_IDS_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'PHASE_DETECTORS', 'fingerprint',
-           'analysis_key', 'options_key', 'default_analysis_home', 'Run', 'eval_texts', 'token_entropy',
-           'check_tokenizer_fits', 'MapTask', 'as_run', 'eval_rows', 'first_clearing', 'clearing_hold',
-           'unigram_entropy_of', 'training_curves_chart']
+__all__ = ['EVAL_TEXT_FILE', 'CONTENT_IDS_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'MIN_ITEMS', 'MIN_SHARE', 'MIN_NATS',
+           'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'default_analysis_home', 'Run',
+           'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'MapTask', 'as_run', 'eval_rows', 'first_clearing',
+           'clearing_hold', 'clears_baseline', 'unigram_entropy_of', 'training_curves_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -738,6 +738,24 @@ def clearing_hold(steps,   # the measured steps, ascending (as given to `first_c
         if not c: return dict(held_to=held, fell_back=s, sustained=sustained)
         held = s
     return dict(held_to=held, fell_back=None, sustained=sustained)
+
+# %% ../nbs/05_timeline.ipynb #003bd6ce
+MIN_ITEMS = 10     # an accuracy onset: at least this many more correct items than the baseline gives
+MIN_SHARE = 0.02   # and at least this much more accuracy
+MIN_NATS = 0.1     # an onset read in nats: at least this much (`PLATEAU_MARGIN`, the margin of leaving the unigram plateau)
+
+def clears_baseline(lo,              # per step, the measure's interval's lower end
+                    value,           # per step, its value
+                    base,            # the baseline's value (a number or per step)
+                    n,               # per step, the number of items scored (words, pairs)
+                    base_hi=None,    # the baseline's interval's upper end (None: `base` itself)
+                   ) -> np.ndarray:  # per step, True where it clears by the interval and by the effect
+    "One rule for every accuracy onset: the lower end above the baseline (its upper end where given), and a gain of at least `MIN_ITEMS` items and `MIN_SHARE`."
+    lo, value, n = (np.asarray(x, dtype=float) for x in (lo, value, n))
+    base = np.broadcast_to(np.asarray(base, dtype=float), lo.shape)
+    bar = base if base_hi is None else np.broadcast_to(np.asarray(base_hi, dtype=float), lo.shape)
+    gain = value - base
+    return (lo > bar) & (gain * n >= MIN_ITEMS - 1e-9) & (gain >= MIN_SHARE - 1e-12)
 
 # %% ../nbs/05_timeline.ipynb #52430abb
 def unigram_entropy_of(run,  # a `Run`

@@ -109,7 +109,7 @@ SMALL = dict(probes=dict(n_words=300), attention=dict(n_sentences=24, map_len=16
              finetune=dict(tasks=['sentiment'], seeds=[0], max_train=32, max_eval=32), acquisition=dict(max_words=20, n_contexts=4),
              syntax_heads=dict(n_words=800, min_pairs=5), minimal_pairs=dict(max_pairs=4), icl=dict(n_blocks=8),
              similarity=dict(n_blocks=8, n_tokens=128, n_boot=10), essential_dynamics=dict(n_blocks=8),
-             llc=dict(n_blocks=16, chains=2, draws=10, burnin=5, batch_size=4, lr=1e-4))
+             llc=dict(n_blocks=16, chains=2, draws=10, burnin=5, batch_size=4, lr=1e-4), induction=dict(n_blocks=8, n_seqs=4))
 
 
 def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, causal_runs):
@@ -136,6 +136,11 @@ def test_every_analysis_returns_rows_on_a_causal_run_or_names_why_not(tmp_path, 
     assert set(Run(run).table('icl')['prediction']) == {'next-token'} and (Run(run).table('llc')['loss'] == 'next-token').all()
     assert 'note' in Run(run).table('essential_dynamics')                                 # one step: no path, and the table says why
     assert 'sentiment' in set(Run(run).table('finetune')['task'])
+    ind = Run(run).table('induction')                                                      # every kind, length and head, and the copying scores
+    from nl_embryo.induction import INDUCTION_LENGTHS
+    from nl_embryo.models import max_positions
+    fit = {h for h in INDUCTION_LENGTHS if 1 + 2 * h <= max_positions(Run(run).model_config())}      # the lengths that fit its positions twice
+    assert set(ind['kind']) == {'uniform', 'frequent', 'weights'} and set(ind.loc[ind['metric'] == 'induction', 'half_len']) == fit and fit
     with pytest.raises(NlEmbryoError, match="'next-sentence-mc' needs a MultipleChoice head, which transformers does not have for the causal"):
         analyze(run, 'finetune', steps=[6], progress=False, charts=False, **dict(SMALL['finetune'], tasks=['next-sentence-mc']))
     with pytest.raises(NlEmbryoError, match='holds a causal LM'):          # a masked-only need is refused by name

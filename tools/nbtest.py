@@ -21,7 +21,7 @@ from nbdev.test import _keep_file, test_nb
 SECONDS = {'04_pretrain.ipynb': 154, '02_corpora.ipynb': 133, '13a_minimal_pairs.ipynb': 100, '12_knowledge.ipynb': 87,
            'tutorials/sweep_gpu_server.ipynb': 81, '09a_surgery.ipynb': 74, '11_finetune.ipynb': 70,
            '13_scoring.ipynb': 54, 'experiments/results.ipynb': 52, '06_probes.ipynb': 51, '01_data.ipynb': 45,
-           '07_reconstruction.ipynb': 43, '08f_llc.ipynb': 40, 'tutorials/first_embryo.ipynb': 32, 'tutorials/interventions.ipynb': 30,
+           '07_reconstruction.ipynb': 43, '08f_llc.ipynb': 40, '08h_induction.ipynb': 35, 'tutorials/first_embryo.ipynb': 32, 'tutorials/interventions.ipynb': 30,
            'infra/batch.ipynb': 29, '08_attention.ipynb': 26, '09_interventions.ipynb': 19,
            'tutorials/probing_timeline.ipynb': 16, 'experiments/embryology.ipynb': 16, '05_timeline.ipynb': 13,
            '03_models.ipynb': 13, 'tutorials/existing_checkpoints.ipynb': 12, 'tutorials/attention_explorer.ipynb': 11,
