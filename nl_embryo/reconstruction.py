@@ -308,9 +308,11 @@ def next_word_correctness(model,                    # a causal LM: its output la
                           tokenizer,                # its fast tokenizer
                           data: dict,               # the evaluation words: `reconstruction_data()`
                           batch_tokens: int = 8192, # the most padded tokens per forward batch
+                          whole_word: bool = False, # every piece of the word, each from the pieces before it (like mask prediction's whole word); False: its first piece
                          ) -> pd.DataFrame:         # the words, with `aligned`, `evaluated`, `predicted`
     """The words of `data` with `aligned`, `evaluated` and `predicted` (bool): whether the causal LM's top next-token
-    prediction at the position before an evaluated word's first piece (its left context only) is that piece. A sentence
+    prediction at the position before an evaluated word's first piece (its left context only) is that piece (with
+    `whole_word`, and at each of its later pieces the next one: greedy decoding would write the whole word). A sentence
     the tokenizer starts with no special token (GPT-2's, Pythia's) gets `context_token` in front, so its first word is
     predicted too; a tokenizer with no such token leaves first words out (`reconstruction_inputs` then draws none)."""
     head = lm_head(model)
@@ -328,10 +330,14 @@ def next_word_correctness(model,                    # a causal LM: its output la
     bounds = np.searchsorted(sent[rows], np.arange(len(texts) + 1))
     keep = [i for i in range(len(texts)) if bounds[i + 1] > bounds[i]]
     first = [first_piece[rows[bounds[i]:bounds[i + 1]]] for i in keep]
+    n = [al.n_pieces[rows[bounds[i]:bounds[i + 1]]] if whole_word else np.ones(len(f), np.int64) for i, f in zip(keep, first)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    pred = _predict(model, head, [seqs[i] for i in keep], [f - 1 for f in first], pad, batch_tokens, device)
+    at = [np.concatenate([np.arange(a - 1, a - 1 + k) for a, k in zip(f, m)]) for f, m in zip(first, n)]   # before each piece
+    pred = _predict(model, head, [seqs[i] for i in keep], at, pad, batch_tokens, device)
     ok = np.zeros(len(words), bool)
-    for i, f, pr in zip(keep, first, pred): ok[rows[bounds[i]:bounds[i + 1]]] = pr == seqs[i][f]
+    for i, p, pr, m in zip(keep, at, pred, n):
+        hit = pr == seqs[i][p + 1]
+        ok[rows[bounds[i]:bounds[i + 1]]] = np.minimum.reduceat(hit, np.r_[0, np.cumsum(m)[:-1]]).astype(bool)   # every piece of the word
     out = words.drop(columns=['start', 'end']).assign(aligned=al.n_pieces > 0, evaluated=target, predicted=ok)
     out.attrs['n_sequences'] = dict(prediction=len(keep))
     return out
