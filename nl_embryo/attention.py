@@ -843,7 +843,7 @@ def causal_head_phases(scores: pd.DataFrame,      # an attention scores table wi
 
 # %% ../nbs/08_attention.ipynb #df7f3ddb
 def attention_phases(run,                       # a `Run` with an attention table
-                     threshold: float = 0.5,    # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head
+                     threshold: float = HEAD_CLASS_THRESHOLD,  # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head: the head classes' bar
                      over_chance: float = 2.0,  # causal runs: the bar of `causal_head_phases`, this many times the chance level
                     ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
     "When the heads' mean attention entropy dropped, when the first previous- and next-token heads appeared (intervals clearing their bars), and on a causal run the induction- and previous-token-head onsets (`causal_head_phases`)."

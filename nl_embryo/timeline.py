@@ -742,7 +742,7 @@ def clearing_hold(steps,   # the measured steps, ascending (as given to `first_c
 # %% ../nbs/05_timeline.ipynb #003bd6ce
 MIN_ITEMS = 10     # an accuracy onset: at least this many more correct items than the baseline gives
 MIN_SHARE = 0.02   # and at least this much more accuracy
-MIN_NATS = 0.1     # an onset read in nats: at least this much (`PLATEAU_MARGIN`, the margin of leaving the unigram plateau)
+MIN_NATS = PLATEAU_MARGIN   # an onset read in nats: at least this much (0.1, the margin of leaving the unigram plateau): one number for both
 
 def clears_baseline(lo,              # per step, the measure's interval's lower end
                     value,           # per step, its value
