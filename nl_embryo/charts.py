@@ -15,14 +15,14 @@ from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, cache_pa
 # %% auto #0
 __all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'PNG_KEY', 'VEGA_MIME',
            'EMBED_OPTIONS', 'step_scale', 'step_ticks', 'step_label', 'step_axis', 'step_slider', 'step_marks',
-           'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines', 'baseline_rules',
+           'phase_marks', 'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines', 'baseline_rules',
            'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img', 'chart_png', 'chart_key',
            'with_png_key', 'png_key', 'chart_renderer_problem', 'save_chart', 'lab_vegalite_version', 'vega_mimebundle',
            'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
-STEP_SCALES = ('linear', 'point', 'symlog')
-STEP_SCALE_NOTES = {'linear': '', 'point': ' (one slot per checkpoint)', 'symlog': ' (symlog scale)'}   # said in the axis title
+STEP_SCALES = ('linear', 'point', 'symlog', 'sqrt')
+STEP_SCALE_NOTES = {'linear': '', 'point': ' (one slot per checkpoint)', 'symlog': ' (symlog scale)', 'sqrt': ' (square-root scale)'}   # said in the axis title
 
 def step_scale(steps,    # the checkpoint steps of a chart (any iterable of ints; duplicates and order ignored)
               ) -> str:  # 'linear' or 'point'
@@ -38,7 +38,7 @@ def step_ticks(steps,                  # the checkpoint steps of a run (any iter
     "Tick values for `steps` (the checkpoint steps of a run): all of them when few, else a subset spread evenly over the axis of `scale`, with the first and the last."
     steps = sorted({int(s) for s in steps})
     if len(steps) <= max_ticks: return steps
-    pos = {'symlog': np.log1p(steps), 'linear': np.asarray(steps, float)}.get(scale, np.arange(len(steps), dtype=float))
+    pos = {'symlog': np.log1p(steps), 'linear': np.asarray(steps, float), 'sqrt': np.sqrt(steps)}.get(scale, np.arange(len(steps), dtype=float))
     chosen = {steps[0], steps[-1]}
     for target in np.linspace(pos[0], pos[-1], max_ticks):
         chosen.add(steps[int(np.argmin(np.abs(pos - target)))])
@@ -75,7 +75,8 @@ def step_axis(steps=None,            # the checkpoint steps: the ticks, and the 
     if first_step and steps and steps[0] > 0: title += f" (first checkpoint: step {step_label(steps[0])}; no step 0)"
     if scale == 'point':
         return alt.X(f'{field}:O', scale=alt.Scale(type='point', domain=steps, padding=0.3), axis=alt.Axis(formatType='number', **axis), title=title)
-    sc = alt.Scale(type='symlog', constant=1, nice=False) if scale == 'symlog' else alt.Scale(nice=False, zero=False)
+    sc = (alt.Scale(type='symlog', constant=1, nice=False) if scale == 'symlog' else alt.Scale(type='sqrt', nice=False, zero=True) if scale == 'sqrt'
+          else alt.Scale(nice=False, zero=False))
     return alt.X(f'{field}:Q', scale=sc, axis=alt.Axis(**axis), title=title)
 
 # %% ../nbs/04b_charts.ipynb #a24844d6
@@ -119,6 +120,27 @@ def step_marks(x,                     # the x encoding (the chart's `step_axis`)
         align=alt.ExprRef(f"{right} ? 'right' : 'left'"), dx=alt.ExprRef(f"{right} ? -4 : 4"), baseline='top', dy=2,
         fontSize=10).encode(x=x, y=alt.value(0), text='label:N')
     return [rule, label, points]
+
+# %% ../nbs/04b_charts.ipynb #8074c8cb
+def phase_marks(x,                       # the x encoding (the chart's `step_axis`)
+                phases: pd.DataFrame,    # rows with `phase`, `step`, `step_lo` (as `Run.phases()` gives them)
+                color: str = '#b279a2',  # the colour of the bands, rules and labels
+               ) -> list:                # the layers: the bands, the rules, their labels (none when no phase has a step)
+    "The layers that mark `phases` on a chart over steps: a band from `step_lo` to `step`, a rule at `step` labelled 'PHASE: by step N'."
+    import altair as alt
+    d = phases[phases['step'].notna()].copy()
+    if d.empty: return []
+    d['step'] = d['step'].astype(int); d['step_lo'] = d['step_lo'].fillna(d['step']).astype(int)
+    d['label'] = d['phase'] + ': by step ' + d['step'].map('{:,}'.format)
+    d = d[['phase', 'step', 'step_lo', 'label']]
+    spec = x.to_dict()
+    lo = alt.X(**{**spec, 'field': 'step_lo'})
+    tip = [alt.Tooltip('phase:N'), alt.Tooltip('step_lo:Q', title='after step'), alt.Tooltip('step:Q', title='by step')]
+    band = alt.Chart(d).mark_rect(opacity=0.15, color=color).encode(x=lo, x2='step', tooltip=tip)
+    rule = alt.Chart(d).mark_rule(color=color, strokeDash=[2, 2]).encode(x=x, tooltip=tip)
+    label = alt.Chart(d).mark_text(color=color, align='left', baseline='top', dx=3, dy=3, fontSize=10).encode(
+        x=x, y=alt.value(0), text='label:N')
+    return [band, rule, label]
 
 # %% ../nbs/04b_charts.ipynb #cca35669
 LABEL_LIMIT = 320   # the widest legend label in pixels: room for long names ('self (diagonal)', 'vertical+diagonal', relation names)

@@ -4,13 +4,13 @@
 
 # %% ../nbs/15_cli.ipynb #32450c37
 from __future__ import annotations
-import argparse, difflib, re, sys, time
+import argparse, difflib, re, sys, time, warnings
 
 from . import __version__
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['CliParser', 'unknown_flags_error', 'make_parser', 'main']
+__all__ = ['EXAMPLES', 'CliParser', 'unknown_flags_error', 'show_warning', 'make_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #50cb5fec
 def _data_fetch(args):
@@ -286,6 +286,12 @@ def _report(args):
     paths = write_report(run.path)
     print(f"report written: {paths['notebook']} and {paths['html']}")
 
+def _tensorboard(args):
+    "`nl-embryo tensorboard RUN`: a run's training metrics as TensorBoard event files."
+    from nl_embryo.dashboards import export_tensorboard
+    out = export_tensorboard(args.run, args.out)
+    print(f"TensorBoard events written to {out}\n  view them: tensorboard --logdir {out}")
+
 # %% ../nbs/15_cli.ipynb #117a281f
 def _field_comments(cls) -> dict:
     "The comment after each field of a dataclass (its docments, `name: type = default   # comment`): the CLI's help lines, as the docs show them."
@@ -391,6 +397,43 @@ def _command_of(argv: list[str],  # the arguments after `nl-embryo`
     "The first argument that is not a flag: the `nl-embryo` parser has no option that takes a value, so argparse reads the same."
     return next((str(a) for a in argv if not str(a).startswith('-')), None)
 
+# %% ../nbs/15_cli.ipynb #9efa54ce
+EXAMPLES = {   # the closing lines of each sub-command's --help (tested: each parses)
+    '': ['nl-embryo demo', 'nl-embryo pretrain --corpus english --steps 900 --out runs/bert-english'],
+    'data': ['nl-embryo data fetch', 'nl-embryo data list'],
+    'data fetch': ['nl-embryo data fetch', 'nl-embryo data fetch sentiment bbc-news'],
+    'data list': ['nl-embryo data list'],
+    'data verify': ['nl-embryo data verify', 'nl-embryo data verify brown'],
+    'corpus': ['nl-embryo corpus list', 'nl-embryo corpus build english'],
+    'corpus list': ['nl-embryo corpus list'],
+    'corpus build': ['nl-embryo corpus build english', 'nl-embryo corpus build english --block-size 64 --vocab-size 4000'],
+    'corpus add': ['nl-embryo corpus add lab-notes notes/ --description "our lab notes"', 'nl-embryo pretrain --corpus lab-notes --out runs/notes'],
+    'corpus remove': ['nl-embryo corpus remove lab-notes'],
+    'pretrain': ['nl-embryo pretrain --arch bert --corpus english --steps 900 --out runs/bert-english',
+                 'nl-embryo pretrain --arch gpt-neox --seeds 0,1,2 --report-to tensorboard --out runs/neox'],
+    'analyze': ['nl-embryo analyze runs/bert-english --probes pos --attention',
+                'nl-embryo analyze ~/trainer-output --out analyses/mine --eval-text english --surgery clean:block1'],
+    'timeline': ['nl-embryo timeline runs/bert-english', 'nl-embryo timeline ~/trainer-output --check'],
+    'verify': ['nl-embryo verify runs/bert-english'],
+    'sweep': ['nl-embryo sweep --grid grid.yaml --out sweeps/lr --workers 2', 'nl-embryo sweep --out sweeps/lr --collect'],
+    'demo': ['nl-embryo demo', 'nl-embryo demo --arch gpt-neox --analysis-steps 4'],
+    'docs': ['nl-embryo docs'],
+    'report': ['nl-embryo report runs/bert-english'],
+    'tensorboard': ['nl-embryo tensorboard runs/bert-english', 'nl-embryo tensorboard ~/trainer-output --out tb/trainer-output'],
+}
+
+class _Help(argparse.HelpFormatter):
+    "argparse's help, wrapped as usual, but for the examples at its end, kept line by line."
+    def _fill_text(self, text, width, indent):
+        head, sep, ex = text.partition('examples:\n')
+        out = super()._fill_text(head, width, indent) if head.strip() else ''
+        if sep: out += ('\n\n' if out else '') + indent + sep + ''.join(indent + l for l in ex.splitlines(keepends=True))
+        return out
+
+def show_warning(message, category, filename, lineno, file=None, line=None):
+    "A warning as the command line prints it: one line, `nl-embryo: warning: ...`, without Python's source line."
+    print(f"nl-embryo: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+
 # %% ../nbs/15_cli.ipynb #6a3ddc5f
 def _all_parsers(p: argparse.ArgumentParser):
     "`p` and every sub-command parser under it."
@@ -405,17 +448,18 @@ def _add_data_corpus(sub):
     data = sub.add_parser('data', help='fetch and list the registered data').add_subparsers(dest='data_command', metavar='ACTION')
     data.required = True
     f = data.add_parser('fetch', help='fetch registered data into the cache (checksummed); no names: the default set')
-    f.add_argument('names', nargs='*', metavar='NAME'); f.add_argument('--force', action='store_true', help='fetch again even if cached')
+    f.add_argument('names', nargs='*', metavar='NAME', help='registered data sources (nl-embryo data list names them); none: the default set')
+    f.add_argument('--force', action='store_true', help='fetch again even if cached')
     f.set_defaults(func=_data_fetch)
     data.add_parser('list', help='what is registered, fetched, changed or missing').set_defaults(func=_data_list)
     v = data.add_parser('verify', help='compare every fetched file with the sha256 recorded at fetch; no names: every fetched source')
-    v.add_argument('names', nargs='*', metavar='NAME'); v.set_defaults(func=_data_verify)
+    v.add_argument('names', nargs='*', metavar='NAME', help='fetched data sources to verify (none: every fetched one)'); v.set_defaults(func=_data_verify)
 
     corpus = sub.add_parser('corpus', help='the named corpora').add_subparsers(dest='corpus_command', metavar='ACTION')
     corpus.required = True
     corpus.add_parser('list', help='the named corpora and whether they are built').set_defaults(func=_corpus_list)
     b = corpus.add_parser('build', help='tokenise and pack named corpora into blocks')
-    b.add_argument('names', nargs='+', metavar='NAME')
+    b.add_argument('names', nargs='+', metavar='NAME', help='named corpora (nl-embryo corpus list names them), e.g. english')
     b.add_argument('--block-size', type=int, default=128, help='tokens per block (default 128)')
     b.add_argument('--vocab-size', type=int, default=8000, help="WordPiece vocabulary of the corpus' tokenizer (default 8000)")
     b.add_argument('--n-tokens', type=int, default=None, help='tokens to generate (artificial corpora) or to match by repetition (real ones)')
@@ -430,7 +474,7 @@ def _add_data_corpus(sub):
     a.add_argument('--cased', action='store_true', help='keep case (the default lowercases, as the English tokenizer does)')
     a.set_defaults(func=_corpus_add)
     r = corpus.add_parser('remove', help='delete a corpus of your own from the data cache (its text, builds and tokenizer)')
-    r.add_argument('name', metavar='NAME'); r.set_defaults(func=_corpus_remove)
+    r.add_argument('name', metavar='NAME', help='a corpus of your own (added by nl-embryo corpus add)'); r.set_defaults(func=_corpus_remove)
 
 # %% ../nbs/15_cli.ipynb #6abb627d
 def make_parser(argv: list[str] | None = None,  # the command line it will parse: only the sub-command it names is built in full (None: every one)
@@ -467,7 +511,19 @@ def make_parser(argv: list[str] | None = None,  # the command line it will parse
                                      "table of, plug-ins' included.")
     rep.add_argument('run', metavar='RUN', help='a run folder written by nl-embryo pretrain')
     rep.set_defaults(func=_report)
-    for parser in _all_parsers(p): parser.allow_abbrev = False     # `--step 5` is not `--steps 5`
+    tb = sub.add_parser('tensorboard', help="export a run's training metrics as TensorBoard event files",
+                        description="Write the training metrics of a run (nl_embryo's metrics.jsonl, or a transformers Trainer's log_history) as "
+                                    "TensorBoard event files, one scalar per metric and step. A run trained with --report-to tensorboard has "
+                                    "them already, in RUN/tensorboard.")
+    tb.add_argument('run', metavar='RUN', help='a run folder of nl_embryo, or a Trainer output folder (read only)')
+    tb.add_argument('--out', default=None, metavar='DIR', help="the event folder (default: RUN/tensorboard for a run of nl_embryo, "
+                    "./tensorboard/NAME for another folder, which is never written to)")
+    tb.set_defaults(func=_tensorboard)
+    for parser in _all_parsers(p):
+        parser.allow_abbrev = False                                  # `--step 5` is not `--steps 5`
+        parser.formatter_class = _Help
+        if ex := EXAMPLES.get(parser.prog.removeprefix('nl-embryo').strip()):
+            parser.epilog = (parser.epilog + '\n\n' if parser.epilog else '') + 'examples:\n' + ''.join(f'  {e}\n' for e in ex)
     return p
 
 # %% ../nbs/15_cli.ipynb #8dda2eef
@@ -482,12 +538,14 @@ def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None
     if extra:                                                  # a mistyped flag: named with the closest one of its command
         print(unknown_flags_error(parser, argv, extra), file=sys.stderr)
         return 2
-    try:
-        args.func(args)
-    except NlEmbryoError as e:
-        print(f"nl-embryo: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("nl-embryo: interrupted", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings():                            # restored after: `main` also runs inside other programs
+        warnings.showwarning = show_warning                    # a warning is one line in words, not Python's two with a source line
+        try:
+            args.func(args)
+        except NlEmbryoError as e:
+            print(f"nl-embryo: error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("nl-embryo: interrupted", file=sys.stderr)
+            return 130
     return 0

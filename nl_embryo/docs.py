@@ -1010,10 +1010,21 @@ def build_docs(out=None,                       # the site folder; None: nbdev's 
     return report
 
 # %% ../nbs/infra/docs.ipynb #8ec2597b
+_CODE_TOGGLE = """<style type="text/css">body.nl-hide-code .jp-CodeCell .jp-Cell-inputWrapper{display:none}
+#nl-code-toggle{position:fixed;top:8px;right:12px;z-index:10;font:13px sans-serif;padding:3px 9px;border:1px solid #bbb;border-radius:4px;background:#fff;cursor:pointer}</style>
+<button id="nl-code-toggle" type="button" aria-pressed="false" onclick="var h=document.body.classList.toggle('nl-hide-code');this.textContent=h?'show code':'hide code';this.setAttribute('aria-pressed',String(!h))">show code</button>"""
+
 def notebook_to_html(path,                    # an executed notebook
                      title: str | None = None, # the page's title; None: the notebook's frontmatter title, else its file name
+                     hide_code: bool = False,  # a report: code hidden until a button shows it, papermill's parameter cells left out
                     ) -> str:                  # the html of the page
     "A standalone, offline html page of an executed notebook (Altair charts as inline SVG, no sidebar)."
     nb = _read_nb(path)
+    if hide_code: nb.cells = [c for c in nb.cells if not {'parameters', 'injected-parameters'} & set(c.get('metadata', {}).get('tags', []))]
     fm, _ = prepare_notebook(nb)
-    return render_page(nb, html_exporter(), nav='', title=title or fm.get('title') or Path(path).stem, base=Path(path).parent)
+    page = render_page(nb, html_exporter(), nav='', title=title or fm.get('title') or Path(path).stem, base=Path(path).parent)
+    if hide_code:
+        if re.search(r'<body[^>]*class="', page): page = re.sub(r'<body([^>]*)class="', r'<body\1class="nl-hide-code ', page, count=1)
+        else: page = re.sub(r'<body([^>]*)>', r'<body\1 class="nl-hide-code">', page, count=1)
+        page = re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + _CODE_TOGGLE, page, count=1)
+    return page

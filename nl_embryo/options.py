@@ -4,7 +4,7 @@
 
 # %% ../nbs/04e_options.ipynb #a34a9f59
 from __future__ import annotations
-import dataclasses, math, numbers, typing
+import dataclasses, importlib.util, math, numbers, typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,9 +16,9 @@ from .architectures import (N_SPECIAL, NORMS, OBJECTIVE_TABLE, POSITION_INITS, P
 
 # %% auto #0
 __all__ = ['MASK_PROB', 'EVAL_LOSSES', 'PLATEAU_MARGIN', 'MASK_SPLIT', 'EVAL_MASK_SPLIT', 'LEGACY_EVAL_SPLIT', 'OUTPUT_BIASES',
-           'PRECISIONS', 'SCHEDULES', 'OPTIMIZERS', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_CAUSAL', 'DEMO_ANALYSIS_STEPS',
-           'SPREADS', 'DEMO_SPREAD', 'parse_mask_split', 'format_mask_split', 'eval_split_of', 'checkpoint_steps',
-           'PretrainConfig', 'check_config']
+           'PRECISIONS', 'SCHEDULES', 'REPORTERS', 'OPTIMIZERS', 'DEMO_BASE', 'DEMO_DEFAULTS', 'DEMO_CAUSAL',
+           'DEMO_ANALYSIS_STEPS', 'SPREADS', 'DEMO_SPREAD', 'parse_mask_split', 'format_mask_split', 'eval_split_of',
+           'checkpoint_steps', 'PretrainConfig', 'parse_report_to', 'check_config']
 
 # %% ../nbs/04e_options.ipynb #7e5b9e00
 MASK_PROB = 0.15               # BERT: the share of tokens selected for prediction; every `mask_prob` default reads it
@@ -128,6 +128,22 @@ class PretrainConfig:
     compile: bool = False             # torch.compile the model
     half_checkpoints: bool = False    # store checkpoint weights in bfloat16 (half the disk; resume is then not exact)
     device: str | None = None         # cpu | cuda | None (auto)
+    report_to: str = 'none'           # training dashboards besides metrics.jsonl: none | tensorboard | wandb (offline), or both comma-separated
+
+# %% ../nbs/04e_options.ipynb #799cd384
+REPORTERS = {'tensorboard': 'tensorboard', 'wandb': 'wandb'}   # a dashboard's name -> the package it needs
+
+def parse_report_to(text,  # None, 'none', '' or a comma-separated list of REPORTERS' names (or a list of them)
+                   ) -> tuple[str, ...]:  # the dashboards, each once, in the order given
+    "The dashboards `--report-to` names; an unknown one, or one whose package is not installed, is refused."
+    if text is None: return ()
+    names = [n.strip().lower() for n in (text.split(',') if isinstance(text, str) else text) if n and n.strip()]
+    names = [n for n in dict.fromkeys(names) if n != 'none']
+    for n in names:
+        if n not in REPORTERS: raise NlEmbryoError(f"--report-to {n!r} is not a dashboard nl_embryo writes", f"choose none, {', '.join(REPORTERS)}, or both comma-separated")
+        if importlib.util.find_spec(REPORTERS[n]) is None:
+            raise NlEmbryoError(f"--report-to {n}: the {REPORTERS[n]} package is not installed", f"pip install {REPORTERS[n]}, or leave --report-to out")
+    return tuple(names)
 
 # %% ../nbs/04e_options.ipynb #211b9d08
 OPTIMIZERS = ('adamw', 'lamb')
@@ -163,6 +179,7 @@ def check_config(cfg: PretrainConfig,  # the options as given (before `resolved`
     for k in ('seed', 'eval_seed'):
         if not 0 <= getattr(cfg, k) < 2**32: raise NlEmbryoError(f"--{k.replace('_', '-')} {getattr(cfg, k)} is not a seed: it must be an integer from 0 to {2**32 - 1:,}", f"use e.g. --{k.replace('_', '-')} 0")
     if cfg.device: get_device(cfg.device)     # an unknown device, or CUDA on a machine without it, is named
+    parse_report_to(cfg.report_to)            # an unknown dashboard, or one whose package is missing, before any work
 
 # %% ../nbs/04e_options.ipynb #c393e407
 def _causal_fill(cfg, filled: dict) -> dict:

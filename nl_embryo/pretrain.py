@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 
+from .dashboards import reporting
 from .core import (NlEmbryoError, atomic_dir, atomic_write_json, atomic_write_text, seed_everything, get_device, human_size,
                             is_disk_full, native_bf16, sha256_file, check_writable, available_memory, WRITER_LOCK, writer_lock)
 from .corpora import CORPORA, corpus_dir, corpus_sources, load_corpus, tokenizer_dir
@@ -32,8 +33,8 @@ from .checkpoints import (CHECKPOINT_RE, damaged_checkpoints, disk_full_error, l
 # %% auto #0
 __all__ = ['DIVERGED_FACTOR', 'Lamb', 'make_optimizer', 'lr_at', 'warmup_steps', 'batch_size_at', 'data_position',
            'unigram_log_probs', 'set_output_bias', 'eval_batches', 'unigram_entropy', 'batch_rows',
-           'training_attention', 'training_memory', 'holds_run', 'check_new_run_folder', 'fetch_corpus_sources',
-           'resume_point', 'check_out_folder', 'pretrain', 'pretrain_seeds']
+           'training_attention', 'training_memory', 'holds_run', 'check_new_run_folder', 'resume_conflicts',
+           'fetch_corpus_sources', 'resume_point', 'check_out_folder', 'pretrain', 'pretrain_seeds']
 
 # %% ../nbs/04_pretrain.ipynb #f7dd3a9d
 class Lamb(torch.optim.Optimizer):
@@ -437,15 +438,27 @@ def _open_run(cfg, run: Path, resume: bool, acc):
     old_info = _recorded_info(run, existing) if resume else {}
     if resume: _check_resume_point(run, existing)
     if old_info:
-        old = {'position_init': 'random', **old_info['config']}      # runs written before the option existed started from random positions
-        diff = {k: (old.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if old.get(k) != getattr(cfg, k)}
-        if diff:
+        if diff := _conflicts(old_info, cfg):
             said = ', '.join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in diff.items())
             raise NlEmbryoError(f"--resume cannot change {said} of the run in {run}: the data, the model and the batch must stay as "
                                 f"they were for the continuation to be exact",
                                 f"resume with the run's own values, or start a new run with another --out (--resume may change only "
                                 f"{', '.join('--' + k.replace('_', '-') for k in _RESUME_CHANGEABLE)})")
     return existing, skipped, old_info
+
+# %% ../nbs/04_pretrain.ipynb #c81eca82
+def _conflicts(old_info: dict, cfg) -> dict:
+    "The options of `_RESUME_KEYS` that `cfg` (resolved) changes from the recorded run's, {name: (recorded, asked)}."
+    old = {'position_init': 'random', **old_info['config']}      # runs written before the option existed started from random positions
+    return {k: (old.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if old.get(k) != getattr(cfg, k)}
+
+def resume_conflicts(run,                  # a run folder (need not hold a run)
+                     cfg: PretrainConfig,  # the options of the continuation (resolved here)
+                    ) -> dict:             # {option: (the run's value, the asked value)}; empty when none differ or no run is there
+    "The options a continuation of the run in `run` with `cfg` would change and may not (the data, the model, the batch)."
+    run = Path(run)
+    info = _recorded_info(run, list_checkpoints(run, warn=False)) if holds_run(run) else {}
+    return _conflicts(info, cfg.resolved()) if info else {}
 
 # %% ../nbs/04_pretrain.ipynb #dc96faf4
 def _load_data(cfg, micro: int, old_info: dict, quiet: bool, acc):
@@ -604,8 +617,9 @@ def _save(acc, run: Path, cfg, unit: int, raw, tok, optimizer, state: dict, kept
     acc.wait_for_everyone()
 
 # %% ../nbs/04_pretrain.ipynb #7d2a3f2c
-def _log(acc, metrics_path: Path, h_unigram: float, row: dict) -> None:
-    "Append the metrics `row` (adding `eval_below_unigram` where it has an eval loss) as one JSON line; a full disk is named."
+def _log(acc, metrics_path: Path, h_unigram: float, row: dict, reporters=()) -> None:
+    """Append the metrics `row` (adding `eval_below_unigram` where it has an eval loss) as one JSON line, and hand it to
+    the run's dashboards (`reporters`); a full disk is named."""
     if k := next((k for k in EVAL_LOSSES if k in row), None): row['eval_below_unigram'] = h_unigram - row[k]
     if acc.is_main_process:
         try:
@@ -613,6 +627,7 @@ def _log(acc, metrics_path: Path, h_unigram: float, row: dict) -> None:
         except OSError as e:
             if is_disk_full(e): raise disk_full_error(f"the metrics of step {row['step']} could not be appended to {metrics_path}") from e
             raise
+        for r in reporters: r.log(row)
 
 # %% ../nbs/04_pretrain.ipynb #f127d3cc
 def _forward_backward(module, acc, train, rows, mb: int, step: int, cfg, device):
@@ -756,10 +771,11 @@ def _train(cfg, run: Path, resume: bool, quiet: bool, on_step, acc, device, bf16
     metrics_path, first = run/'metrics.jsonl', 0 if start is None else start
     kept = {s: p for s, p in existing.items() if s > first and s not in rewrite}   # checkpoints after the restart that stay unless retrained otherwise
     save = partial(_save, acc, run, cfg, unit, raw, data.tok, optimizer, state, kept)
-    log = partial(_log, acc, metrics_path, data.h_unigram)
     if acc.is_main_process: _write_run_info(cfg, run, data, model, old_info, first, ck_steps, flops_per_block, acc, bf16, attention, start is not None)
     last_good = first
-    with _named_out_of_memory(cfg, micro, device, run, lambda: last_good):
+    with (_named_out_of_memory(cfg, micro, device, run, lambda: last_good),
+          reporting(cfg.report_to, run, asdict(cfg), start, main=acc.is_main_process) as reporters):   # --report-to: TensorBoard, W&B
+        log = partial(_log, acc, metrics_path, data.h_unigram, reporters=reporters)
         if start is None:                   # a new model: its step-0 row and checkpoint (a resumed one keeps those it has)
             row = dict(step=0, tokens_seen=0, flops=0.0, **evaluate())
             _check_checkpoint(raw.model, row, 0, 0, run, cfg, bound)

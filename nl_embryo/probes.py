@@ -519,20 +519,23 @@ def probe_heatmap_chart(df: pd.DataFrame,         # the probes results over step
                         metric: str = 'accuracy', # the metric to draw
                         title: str | None = None, # the chart's title (default: from the metric)
                        ):
-    "Probe `metric` as a layer x checkpoint heatmap, one panel per task; its colour scale runs from the majority baseline to 1 for accuracies (0 to 1 otherwise), as the legend title says."
+    """Probe `metric` as a layer x checkpoint heatmap, one panel per task; its colour scale spans the values drawn (their
+    lowest to their highest), so that differences of a few points are seen, and the legend title names that range and,
+    for accuracies, the majority baseline."""
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
     d = df[df['metric'] == metric][['step', 'task', 'layer', 'value']]
     what = metric.replace('_', ' ')
+    low, high = (float(d['value'].min()), float(d['value'].max())) if len(d) else (0.0, 1.0)
+    if high - low < 1e-9: low, high = low - 0.005, high + 0.005          # one value: a scale still
+    legend_title = [what, f'from {low:.3f} to {high:.3f} (the values drawn)']
     if metric in ('accuracy', 'control_accuracy') and (df['metric'] == 'majority').any():
-        low = float(df.loc[df['metric'] == 'majority', 'value'].min())
-        legend_title = [what, f'from the majority class ({low:.2f}) to 1']
-    else: low, legend_title = 0.0, [what, 'from 0 to 1']
+        legend_title.append(f"majority class: {float(df.loc[df['metric'] == 'majority', 'value'].min()):.3f}")
     first = int(d['step'].min()) if len(d) else 0   # a timeline saved from a later step on has no initialisation column
     x_title = 'checkpoint (step)' + (f" (first checkpoint: step {step_label(first)}; no step 0)" if first > 0 else '')
     return alt.Chart(d).mark_rect().encode(
         x=alt.X('step:O', title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y('layer:O', sort='descending'),
-        color=alt.Color('value:Q', scale=alt.Scale(scheme='viridis', domain=[low, 1.0], clamp=True), title=legend_title),
+        color=alt.Color('value:Q', scale=alt.Scale(scheme='viridis', domain=[low, high], nice=False), title=legend_title),
         tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f')]
     ).properties(width=alt.Step(28), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
         title=title or f'probe {what}: layer x step')

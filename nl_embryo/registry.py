@@ -4,7 +4,7 @@
 
 # %% ../nbs/05b_registry.ipynb #e2980013
 from __future__ import annotations
-import re, time
+import inspect, re, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .core import NlEmbryoError, get_device
+from .core import NlEmbryoError, get_device, lock_holder
 from .timeline import PHASE_DETECTORS, MapTask, Run, fingerprint, options_key
 from .catalog import REGISTRARS, load_plugins
 # stats (scipy), charts (Altair) and models (torch, transformers) are imported where they are used: a plug-in that
@@ -179,13 +179,25 @@ def analysis_tables(run,                               # a `Run`, a run folder o
         if len(df): out[t] = df
     return out
 
+# %% ../nbs/05b_registry.ipynb #f05526b4
+def _check_options(check, options: dict) -> dict:
+    "The options an analysis's `check(run, ...)` takes by name (e.g. surgery's `surgeries`): checked with the run before any data or model."
+    params = list(inspect.signature(check).parameters)[1:]
+    return {k: options[k] for k in params if k in options}
+
+def _say_still_written(run: Run) -> None:
+    "A warning when `pretrain` is still writing the run: what is analysed now is its complete checkpoints, not those to come."
+    if run.source.owned and (pid := lock_holder(run.path)):
+        warnings.warn(f"{run.path} is still being written (nl-embryo pretrain, process {pid if pid > 0 else '?'}): its {len(run.steps())} "
+                      f"complete checkpoint(s) are analysed, not the ones still to come; analyse it again when the run ends", stacklevel=4)
+
 # %% ../nbs/05b_registry.ipynb #0913cf1a
 def _prepare(run: Run, name, data, options: dict):
     "The analysis, its full options, its list of data, its part and the options its checkpoint function takes."
     a = get_analysis(name)
     opts = a.options(**options)
     check_needs(tuple(dict.fromkeys((*a.needs, 'checkpoints'))), run, a.name)   # every analysis maps over checkpoints
-    if a.check: a.check(run)
+    if a.check: a.check(run, **_check_options(a.check, opts))
     if data is None: data = a.data(run, **{k: opts[k] for k in a.data_options})
     else: opts = dict(opts, data=fingerprint(data))
     part = a.part(run) if callable(a.part) else part_for(a.needs, run) if a.part == 'auto' else a.part
@@ -194,7 +206,7 @@ def _prepare(run: Run, name, data, options: dict):
 
 def _checked(run: Run) -> list[int]:
     "The timeline's integrity check, printed when it finds anomalies and recorded (table `integrity`): the suspect steps."
-    anomalies = run.integrity()
+    _say_still_written(run); anomalies = run.integrity()
     with run.analysis_lock(): run.write_table('integrity', anomalies)
     if len(anomalies):
         print(f"{run.path}: {len(anomalies)} integrity anomal{'y' if len(anomalies) == 1 else 'ies'} (nl-embryo timeline --check):")

@@ -183,13 +183,24 @@ def surgery_checkpoint(model,                        # the checkpoint's model (t
     return pd.DataFrame(rows)
 
 # %% ../nbs/09a_surgery.ipynb #49f45ba1
-def surgery_check(run,  # a `Run`
-                 ) -> None:  # nothing; raises `NlEmbryoError` for a source nl_embryo did not write that names no eval text
-    "Refuse a timeline nl_embryo did not write when it names no eval text: surgery's held-out loss (MLM, or next-token for a causal LM) needs one."
+def surgery_check(run,                          # a `Run`
+                  surgeries=DEFAULT_SURGERIES,  # the surgeries asked for (a list, or comma-separated text)
+                 ) -> None:  # nothing; raises `NlEmbryoError` for what cannot run
+    """Refuse, before any data or model is read: a timeline nl_embryo did not write that names no eval text (surgery's
+    held-out loss, MLM or next-token, needs one), and a surgery on blocks the model does not have (its `config.json`'s layer count)."""
     if not run.source.owned and run.eval_text is None:
         raise NlEmbryoError(f"surgery measures a held-out LM loss (masked or next-token), and {run.path} ({run.source.kind}, not trained by nl_embryo) names no eval text to measure it on",
                             "name one with --eval-text: a corpus of nl_embryo (its eval split), e.g. nl-embryo analyze PATH --out DIR --surgery "
                             "--eval-text english, or a UTF-8 text file, --eval-text notes.txt (in Python: Run(path, out=..., eval_text='english'))")
+    try: cfg = run.model_config()
+    except NlEmbryoError: return                # no complete checkpoint yet: the pass says so
+    L = cfg.get('num_hidden_layers') or cfg.get('n_layer') or cfg.get('num_layers')
+    for name in parse_surgeries(surgeries) if L else ():
+        if bad := [b for b in map(int, re.findall(r'block(\d+)', name)) if not 1 <= b <= L] if name.startswith('clean:') else []:
+            raise NlEmbryoError(f"surgery {name}: the model has blocks block1..block{L} (counted from 1 like the probes' layers), not block{bad[0]}",
+                                f"choose a block from 1 to {L}, e.g. --surgery clean:block{L}")
+        if name.startswith('remove:') and not 1 <= int(name.split(':', 1)[1]) < L:
+            raise NlEmbryoError(f"surgery {name}: the model has {L} blocks, so between 1 and {L - 1} can be removed", f"e.g. --surgery remove:{L - 1}")
 
 # %% ../nbs/09a_surgery.ipynb #0a992282
 def surgery_data(run,                     # a `Run`: a run folder written by `pretrain` (its config names the corpus and eval masks), or a timeline with an eval text (`Run(..., eval_text=)`)

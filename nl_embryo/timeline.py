@@ -23,9 +23,10 @@ from .options import EVAL_LOSSES, PLATEAU_MARGIN
 
 # %% auto #0
 __all__ = ['EVAL_TEXT_FILE', 'CONTENT_IDS_FILE', 'GC_MODEL_BYTES', 'PHASE_COLUMNS', 'MIN_ITEMS', 'MIN_SHARE', 'MIN_NATS',
-           'PHASE_DETECTORS', 'fingerprint', 'analysis_key', 'options_key', 'default_analysis_home', 'Run',
-           'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'MapTask', 'as_run', 'eval_rows', 'first_clearing',
-           'clearing_hold', 'clears_baseline', 'unigram_entropy_of', 'training_curves_chart']
+           'PHASE_DETECTORS', 'METRIC_WORDS', 'CURVE_UNITS', 'fingerprint', 'analysis_key', 'options_key',
+           'default_analysis_home', 'Run', 'eval_texts', 'token_entropy', 'check_tokenizer_fits', 'MapTask', 'as_run',
+           'eval_rows', 'first_clearing', 'clearing_hold', 'clears_baseline', 'unigram_entropy_of', 'metric_words',
+           'training_curves_chart', 'phases_chart']
 
 # %% ../nbs/05_timeline.ipynb #1df768cf
 def fingerprint(obj,  # what to hash: a DataFrame, Series, array, dict, list or tuple (recursively), a callable (by its name) or anything else (by its repr)
@@ -821,50 +822,100 @@ def phases(self: Run) -> pd.DataFrame:
                              for t, f, h in zip(d.loc[fell, 'detail'], d.loc[fell, 'fell_back'], d.loc[fell, 'held_to'])]
     return d
 
-# %% ../nbs/05_timeline.ipynb #26a6a813
-def training_curves_chart(metrics: pd.DataFrame,                # a run's metrics (`Run.metrics()`): a `step` column and its loss (`*_loss`, `loss`) and accuracy (`*_acc`) columns
-                          title: str = 'training curves',       # the chart's title
-                          unigram_entropy: float | None = None, # the corpus' unigram entropy in nats, the dashed line (None: read off the eval rows, or no line)
-                         ):                                     # an Altair chart: a loss and an accuracy panel side by side
-    """Loss and accuracy over steps from a run's metrics; eval scores at checkpoints as points, a labelled tick at each.
-    The step axis is linear when the checkpoints past the first tenth of the run, the last aside, are evenly spaced (a
-    log-spaced start then even steps, as the demo saves them), else symlog (the axis title says so). The loss
-    panel draws the corpus' unigram entropy as a dashed line (`unigram_entropy`, else read off the metrics' eval rows):
-    a loss above it is the unigram plateau."""
-    import altair as alt
-    from nl_embryo.charts import line_legend, step_axis, step_scale
-    if metrics.empty: raise NlEmbryoError("no metrics to plot", "train the run first (nl-embryo pretrain)")
-    m = metrics[metrics['step'] > 0]
-    value_cols = [c for c in m.columns if (c.endswith('_loss') or c.endswith('_acc') or c == 'loss') and m[c].notna().any()]
-    for own in ('mlm_loss', 'clm_loss'):
-        if own in value_cols and 'loss' in value_cols and np.allclose(m['loss'].dropna(), m[own].dropna()):
-            value_cols.remove('loss')                               # plain MLM or CLM: the total is that loss
+# %% ../nbs/05_timeline.ipynb #4bd32b27
+METRIC_WORDS = {'loss': 'total loss', 'mlm_loss': 'masked-token loss', 'clm_loss': 'next-token loss', 'mlm_acc': 'masked-token accuracy',
+                'clm_acc': 'next-token accuracy', 'rtd_loss': 'replaced-token detection loss', 'rtd_acc': 'replaced-token detection accuracy',
+                'disc_loss': 'discriminator loss', 'disc_acc': 'discriminator accuracy', 'unigram entropy': 'unigram entropy (the plateau)'}
+
+def metric_words(name: str,  # a metrics column without its `eval_` prefix, e.g. 'mlm_loss'
+                ) -> str:    # its name in words, for legends
+    "A metrics column in words ('mlm_loss' -> 'masked-token loss'); an unknown one with its underscores as spaces."
+    return METRIC_WORDS.get(name, name.replace('_', ' '))
+
+def _curves_long(m: pd.DataFrame, value_cols: list) -> pd.DataFrame:
+    "The metrics in long form (step, series, value, lo, hi, split, metric, kind) for `training_curves_chart`."
     long = m.melt(id_vars=['step'], value_vars=value_cols, var_name='series', value_name='value').dropna()
     for side in ('lo', 'hi'):                      # the eval points' intervals, where the run logged them
         bounds = m.melt(id_vars=['step'], value_vars=[c for c in m.columns if c.endswith(f'_{side}') and c[:-len(side) - 1] in value_cols],
                         var_name='series', value_name=side)
         bounds['series'] = bounds['series'].str[:-len(side) - 1]
         long = long.merge(bounds.dropna(), on=['step', 'series'], how='left') if len(bounds) else long.assign(**{side: np.nan})
-    long['split'] = np.where(long['series'].str.startswith('eval_'), 'eval', 'train')
-    long['metric'] = long['series'].str.replace('eval_', '', regex=False)
-    long['kind'] = np.where(long['metric'].str.endswith('acc'), 'accuracy', 'loss')
+    long['split'] = np.where(long['series'].str.startswith('eval_'), 'held-out', 'training')
+    long['metric'] = long['series'].str.replace('eval_', '', regex=False).map(metric_words)
+    long['kind'] = np.where(long['series'].str.endswith('acc'), 'accuracy', 'loss')
+    return long
+
+# %% ../nbs/05_timeline.ipynb #26a6a813
+CURVE_UNITS = {'loss': 'loss (nats per scored token)', 'accuracy': 'accuracy (share of scored tokens)'}
+
+def training_curves_chart(metrics: pd.DataFrame,                # a run's metrics (`Run.metrics()`): a `step` column and its loss (`*_loss`, `loss`) and accuracy (`*_acc`) columns
+                          title: str = 'training curves',       # the chart's title
+                          unigram_entropy: float | None = None, # the corpus' unigram entropy in nats, the dashed line (None: read off the eval rows, or no line)
+                          phases: pd.DataFrame | None = None,   # phases to mark on the loss panel (rows of `Run.phases()`: phase, step, step_lo), e.g. leaving the plateau
+                         ):                                     # an Altair chart: a loss and an accuracy panel side by side
+    """Loss and accuracy over steps from a run's metrics, in words with their units; held-out scores at checkpoints as
+    points with their 95% intervals, a labelled tick at each checkpoint from the first to the last. Checkpoints spaced
+    unevenly (log-spaced at first, as the demo saves them) get a square-root step axis, which gives the early ones room
+    and keeps the late ones apart (the axis title says so); evenly spaced ones a linear axis. The loss panel draws the
+    corpus' unigram entropy as a dashed line (a loss above it is the unigram plateau) and each of `phases` as a band
+    from the last checkpoint before it to the first at which it holds, with a labelled rule."""
+    import altair as alt
+    from nl_embryo.charts import line_legend, phase_marks, step_axis, step_scale
+    if metrics.empty: raise NlEmbryoError("no metrics to plot", "train the run first (nl-embryo pretrain)")
+    m = metrics
+    value_cols = [c for c in m.columns if (c.endswith('_loss') or c.endswith('_acc') or c == 'loss') and m[c].notna().any()]
+    for own in ('mlm_loss', 'clm_loss'):
+        if own in value_cols and 'loss' in value_cols and np.allclose(m['loss'].dropna(), m[own].dropna()):
+            value_cols.remove('loss')                               # plain MLM or CLM: the total is that loss
+    long = _curves_long(m, value_cols)
     ev_col = next((c for c in EVAL_LOSSES if c in m and m[c].notna().any()), None)   # the held-out loss: masked or next-token
     if unigram_entropy is None and ev_col and 'eval_below_unigram' in metrics:
         both = metrics.dropna(subset=[ev_col, 'eval_below_unigram'])
         if len(both): unigram_entropy = float((both[ev_col] + both['eval_below_unigram']).iloc[0])
     if unigram_entropy is not None and len(long):
-        ends = [long['step'].min(), long['step'].max()]
-        long = pd.concat([long, pd.DataFrame(dict(step=ends, series='unigram entropy', value=unigram_entropy, split='reference',
-                                                  metric='unigram entropy', kind='loss'))], ignore_index=True)
+        long = pd.concat([long, pd.DataFrame(dict(step=[long['step'].min(), long['step'].max()], series='unigram entropy', value=unigram_entropy,
+                                                  split='reference', metric=metric_words('unigram entropy'), kind='loss'))], ignore_index=True)
     ticks = m.loc[m[ev_col].notna(), 'step'] if ev_col else m['step']   # checkpoints
-    late = ticks[(ticks >= 0.1 * ticks.max()) & (ticks < ticks.max())]        # past the first tenth of the run, the last step (often off the grid) aside
-    base = alt.Chart().encode(x=step_axis(ticks, scale='linear' if step_scale(late) == 'linear' else 'symlog', first_step=False),   # the metrics start after step 0
-                              y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=alt.Color('metric:N', legend=line_legend()),
-                              tooltip=['step', 'metric', 'split', alt.Tooltip('value:Q', format='.4f')])
-    lines = base.transform_filter(alt.datum.split == 'train').mark_line(opacity=0.7)
-    points = base.transform_filter(alt.datum.split == 'eval').mark_point(filled=True, size=50)
-    bars = base.transform_filter(alt.datum.split == 'eval').mark_rule().encode(y='lo:Q', y2='hi:Q')
-    reference = base.transform_filter(alt.datum.split == 'reference').mark_line(strokeDash=[5, 4]).encode(color=alt.value('gray'))
-    return alt.layer(lines, bars, points, reference, data=long).properties(width=320, height=200).facet(
-        column=alt.Column('kind:N', title=None)).resolve_scale(y='independent').properties(title=alt.TitleParams(
-        title, subtitle='points: held-out eval (bars: 95% intervals over eval batches); dashed: the unigram entropy'))
+    x = step_axis(ticks, scale='linear' if step_scale(ticks) == 'linear' else 'sqrt')
+    color = alt.Color('metric:N', title=None, legend=line_legend())
+    def panel(kind):
+        base = alt.Chart().encode(x=x, y=alt.Y('value:Q', title=CURVE_UNITS[kind], scale=alt.Scale(zero=False)), color=color,
+                                  tooltip=['step', 'metric', 'split', alt.Tooltip('value:Q', format='.4f')])
+        layers = [base.transform_filter(alt.datum.split == 'training').mark_line(opacity=0.7),
+                  base.transform_filter(alt.datum.split == 'held-out').mark_rule().encode(y='lo:Q', y2='hi:Q'),
+                  base.transform_filter(alt.datum.split == 'held-out').mark_point(filled=True, size=50)]
+        if kind == 'loss':
+            layers.append(base.transform_filter(alt.datum.split == 'reference').mark_line(strokeDash=[5, 4]))
+            if phases is not None and len(phases): layers += phase_marks(x, phases)
+        return alt.layer(*layers, data=long[long['kind'] == kind]).properties(width=420, height=260)
+    masked = any(c.startswith('mlm') for c in value_cols)
+    sub = ['lines: training batches; points: held-out eval at each checkpoint (bars: 95% intervals over eval batches); dashed: the unigram entropy']
+    if masked: sub.append('held-out accuracy sits below training accuracy: at eval every scored token is [MASK]ed, in training some stay visible or random')
+    if phases is not None and len(phases): sub.append('shaded: between the last checkpoint before a phase and the first at which it holds')
+    return alt.hconcat(*(panel(k) for k in ('loss', 'accuracy') if (long['kind'] == k).any())).resolve_scale(color='shared').properties(
+        title=alt.TitleParams(title, subtitle=sub))
+
+# %% ../nbs/05_timeline.ipynb #8ad97a4f
+def phases_chart(phases: pd.DataFrame,          # `Run.phases()`: phase, step, step_lo ...
+                 steps=None,                    # the run's checkpoint steps (the axis); None: the phases' own steps
+                 title: str = 'when each phase happened',
+                ):                              # an Altair chart, one row per phase reached
+    "The phases reached, one row each in order of onset, on the run's step axis: a bar from `step_lo` to `step`, a point at `step`."
+    import altair as alt
+    from nl_embryo.charts import step_axis, step_scale
+    d = phases[phases['step'].notna()].copy()
+    if d.empty: raise NlEmbryoError("no phase was reached", "train longer, or analyse more checkpoints (nl-embryo analyze RUN)")
+    d['step'] = d['step'].astype(int); d['step_lo'] = d['step_lo'].fillna(d['step']).astype(int)
+    given = steps is not None and len(steps) > 0
+    steps = sorted({int(s) for s in steps} if given else set(d['step']) | set(d['step_lo']))
+    spec = step_axis(steps, scale='linear' if step_scale(steps) == 'linear' else 'sqrt', first_step=given).to_dict()   # the phases' own steps need not start at 0
+    x = alt.X(**{**spec, 'scale': {**spec.get('scale', {}), 'domain': [steps[0], steps[-1]]}})     # the whole run, not only its phases' span
+    y = alt.Y('phase:N', sort=alt.EncodingSortField('step', order='ascending'), title=None, axis=alt.Axis(labelLimit=420))
+    tip = ['phase', alt.Tooltip('step_lo:Q', title='after step'), alt.Tooltip('step:Q', title='by step'), 'detail']
+    span = alt.Chart().mark_bar(opacity=0.35, height=10).encode(x=alt.X(**{**x.to_dict(), 'field': 'step_lo'}), x2='step', y=y, tooltip=tip)
+    point = alt.Chart().mark_point(filled=True, size=60).encode(x=x, y=y, tooltip=tip)
+    left = int(phases['step'].isna().sum())
+    sub = ['bars: after the last analysed checkpoint before the phase; points: the first at which its interval clears its baseline']
+    if left: sub.append(f"{left} more phase{'s' if left > 1 else ''} not reached (the table below)")
+    return alt.layer(span, point, data=d[['phase', 'step', 'step_lo', 'detail']].fillna({'detail': ''})).properties(
+        width=560, height=alt.Step(22), title=alt.TitleParams(title, subtitle=sub))

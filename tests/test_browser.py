@@ -481,3 +481,40 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
         finally:
             page.close()
     assert time.time() - t0 < 120
+
+
+# ---- the report ----------------------------------------------------------------------------------------------------
+
+def test_the_report_shows_its_onsets_readably_and_no_machine_path(tmp_path, browser):
+    """The report of the demo's stored run (its metrics and analysis tables; the attention table left out, as it keeps no
+    maps), rendered in Chromium: the training curves span steps 0 to 900 on a square-root axis with the plateau onset
+    drawn, the phases chart marks each onset, the tables print whole steps and no NaN with every detail in full and no
+    row numbers, the code is hidden until the button shows it, and no path of this machine appears."""
+    from nl_embryo.demo import demo_checks, write_report
+    from nl_embryo.timeline import Run
+    run = tmp_path/'demo'
+    shutil.copytree(ROOT/'nbs'/'data'/'demo', run, ignore=shutil.ignore_patterns('attention.parquet'))
+    html = write_report(run)['html']
+    source = html.read_text(encoding='utf-8') + (run/'report.ipynb').read_text(encoding='utf-8')
+    for path in (str(tmp_path), str(ROOT), str(Path.home()) + '/'):
+        assert path not in source, path
+    page = local_page(browser, viewport=dict(width=1280, height=900))
+    page.goto(html.as_uri())
+    text = page.inner_text('body')
+    assert 'NaN' not in text and not __import__('re').search(r'\b(?:0|[1-9]\d*)\.0\b(?=\s)', page.inner_text('table')), 'a float step in a table'
+    phases = Run(run).phases()
+    for detail in list(phases['detail'].dropna()) + list(demo_checks(run)['detail']): assert detail in text, detail[:80]
+    styled = page.locator('table[id^="T_"]')                                  # the tables of the run, phases and checks (report_table)
+    assert styled.count() == 3 and page.locator('table[id^="T_"] tbody th').count() == 0   # no index column
+    svgs = page.locator('svg.marks')
+    curves = next(i for i in range(svgs.count()) if 'loss (nats per scored token)' in svgs.nth(i).inner_html())
+    inner = svgs.nth(curves).inner_html()
+    assert '>0<' in inner and '>900<' in inner and 'step (square-root scale)' in inner and 'left the unigram plateau: by step 500' in inner
+    assert 'masked-token loss' in inner and 'mlm_loss' not in inner and svgs.nth(curves).bounding_box()['width'] >= 840
+    assert any('when each phase happened' in svgs.nth(i).inner_html() for i in range(svgs.count()))
+    code = page.locator('.jp-CodeCell .jp-Cell-inputWrapper').first
+    assert not code.is_visible()
+    page.click('#nl-code-toggle')
+    assert code.is_visible() and page.inner_text('#nl-code-toggle') == 'hide code'
+    assert page.blocked == [] and page.errors == [], (page.blocked, page.errors)
+    page.close()

@@ -392,3 +392,109 @@ def test_analyze_runs_what_can_run_and_names_each_refusal_in_one_line(tmp_path, 
     assert rc == 2 and 'without a masked-LM head' in said and not Run(enc, out=tmp_path/'b').has_table('attention'), said
     rc, said = run('analyze', enc, '--out', tmp_path/'c', '--reconstruction', '--quiet')          # nothing could run
     assert rc == 2 and 'without a masked-LM head' in said, said
+
+
+def test_tensorboard_export_of_a_run_reads_back_as_its_metrics(tiny_run, capsys):
+    "`nl-embryo tensorboard RUN` writes RUN/tensorboard; TensorBoard's reader loads every scalar of metrics.jsonl; a second export is refused."
+    import json
+    import numpy as np
+    from nl_embryo.dashboards import read_events, row_scalars
+    rc, said = cli(capsys, 'tensorboard', tiny_run)
+    assert rc == 0 and f"tensorboard --logdir {tiny_run/'tensorboard'}" in said, said
+    ev = read_events(tiny_run/'tensorboard').set_index(['tag', 'step']).value
+    rows = [json.loads(l) for l in (tiny_run/'metrics.jsonl').read_text().splitlines()]
+    want = {(t, r['step']): v for r in rows for t, v in row_scalars(r).items()}
+    assert set(ev.index) == set(want) and {t for t, _ in want} >= {'train/loss', 'eval/mlm_loss', 'eval/mlm_loss_lo', 'optim/lr', 'progress/tokens_per_s'}
+    assert np.allclose([ev[k] for k in want], np.float32(list(want.values())), rtol=1e-6, atol=0)
+    rc, said = cli(capsys, 'tensorboard', tiny_run)
+    assert rc == 2 and 'already holds TensorBoard events' in said, said
+
+
+@pytest.mark.parametrize('value, says', [('mlflow', 'choose none, tensorboard, wandb'), ('wandb', 'pip install wandb')])
+def test_a_dashboard_it_cannot_write_is_refused_before_any_work(tmp_path, capsys, value, says):
+    "--report-to with an unknown dashboard, or wandb where it is not installed: refused before the corpus or the model, nothing written."
+    import importlib.util
+    if value == 'wandb' and importlib.util.find_spec('wandb') is not None:
+        value, says = 'wandb,neptune', 'choose none, tensorboard, wandb'      # installed here: the unknown name is refused instead
+    rc, said = cli(capsys, 'pretrain', '--out', tmp_path/'r', '--report-to', value, '--corpus', 'nested-zipf', '--quiet')
+    assert rc == 2 and says in said and '--report-to' in said, said
+    assert not (tmp_path/'r').exists()
+
+
+def test_every_help_ends_with_examples_that_parse():
+    "Each sub-command's --help closes with examples of that very command, and each example parses."
+    import shlex
+    from nl_embryo.cli import _all_parsers, make_parser
+    for parser in _all_parsers(make_parser()):
+        text = parser.format_help()
+        head, sep, examples = text.partition('\nexamples:\n')
+        assert sep and examples.strip(), f"{parser.prog}: no examples in its help"
+        cmd = parser.prog.removeprefix('nl-embryo').strip()
+        for line in examples.strip().splitlines():
+            argv = shlex.split(line.strip().split(' && ')[0])
+            assert argv[0] == 'nl-embryo', line
+            if argv[1:len(cmd.split()) + 1] == cmd.split():                # the command's own example: it parses
+                make_parser(argv[1:]).parse_args(argv[1:])
+            else: assert parser.prog == 'nl-embryo' or 'pretrain' in line, (parser.prog, line)   # the top and corpus add point onwards
+
+
+def _import_seconds(*modules) -> float:
+    "Wall seconds of a fresh interpreter importing `modules` (what a command pays before it can check anything)."
+    import subprocess, sys, time
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, '-c', 'import ' + ', '.join(modules)], check=True)
+    return time.perf_counter() - t0
+
+
+def test_late_mistakes_are_refused_before_any_data_training_or_model_load(tiny_run, tmp_path, capsys, monkeypatch):
+    "A surgery on a block the model lacks, a negative --analysis-steps, and a demo --out holding another run: refused before any load, faster than the imports."
+    import time
+    import nl_embryo.demo as demo
+    from nl_embryo.timeline import Run
+    def loaded(*a, **k): raise AssertionError('work started before the options were checked')
+    for target, name in [(Run, 'load'), (Run, 'map_many'), (demo, 'pretrain'), (demo, 'fetch'), (demo, 'build_corpus'), (demo, 'run_analyses')]:
+        monkeypatch.setattr(target, name, loaded)
+    budget = _import_seconds('nl_embryo.analysis', 'nl_embryo.demo')
+    for argv, says in [(['analyze', tiny_run, '--surgery', 'clean:block9', '--quiet'], 'the model has blocks block1..block'),
+                       (['demo', '--out', tmp_path/'d', '--analysis-steps', '-1'], '--analysis-steps -1'),
+                       (['demo', '--out', tiny_run], "holds a run that is not this demo's: it was trained with preset='mini'")]:
+        t0 = time.perf_counter()
+        rc, said = cli(capsys, *argv)
+        took = time.perf_counter() - t0
+        assert rc == 2 and says in said, (argv, said[-2000:])
+        assert took < budget, f"{argv}: refused after {took:.1f} s, the imports take {budget:.1f} s"
+    assert not (tmp_path/'d').exists()
+
+
+def test_analyze_names_a_run_still_being_written_and_warns_in_one_line(tiny_run, tmp_path, capsys):
+    "While pretrain holds a run's writer lock, analyze says so in one line of words and analyses the complete checkpoints."
+    import shutil
+    from nl_embryo.core import writer_lock
+    run = tmp_path/'run'; shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns('analysis', 'tensorboard'))
+    with writer_lock(run):
+        rc, said = cli(capsys, 'analyze', run, '--weights', '--quiet')
+    assert rc == 0, said[-2000:]
+    line = next(l for l in said.splitlines() if 'still being written' in l)
+    assert line.startswith('nl-embryo: warning: ') and 'its 2 complete checkpoint(s) are analysed' in line, line
+    assert 'UserWarning' not in said and 'warnings.warn' not in said
+    assert set(pd.read_parquet(run/'analysis'/'weights.parquet')['step']) == {0, 4}
+
+
+def test_the_pretrain_progress_bar_shows_in_a_terminal_of_zero_columns(tmp_path):
+    "A terminal that reports 0 columns still gets the progress bar (and the closing line)."
+    import fcntl, pty, struct, termios, time
+    m, s = pty.openpty()
+    fcntl.ioctl(s, termios.TIOCSWINSZ, struct.pack('HHHH', 24, 0, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ('COLUMNS', 'LINES')}
+    p = subprocess.Popen(nl_embryo_cmd('pretrain', '--out', tmp_path/'r', '--preset', 'mini', '--corpus', 'nested-zipf', '--corpus-tokens', '40000',
+                                       '--block-size', '32', '--batch-size', '4', '--steps', '20', '--checkpoints', '0,20'),
+                         stdin=s, stdout=s, stderr=s, env=env)
+    os.close(s); out = b''
+    while True:
+        try: chunk = os.read(m, 65536)
+        except OSError: break                 # the terminal closed: the process has ended
+        if not chunk: break
+        out += chunk
+    assert p.wait(timeout=300) == 0, out[-2000:]
+    text = out.decode(errors='replace')
+    assert 'pretrain bert/mlm on nested-zipf' in text and '20/20' in text and 'run written to' in text, text[-2000:]

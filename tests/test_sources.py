@@ -625,3 +625,22 @@ def test_a_trainer_timeline_gets_syntactic_heads_and_word_curves(tmp_path, train
     b = with_step0(mp)
     assert (b['step0'] == b['untrained']).all() and ((b['untrained_lo'] <= b['untrained']) & (b['untrained'] <= b['untrained_hi'])).all()
     assert tree_digest(trainer_out) == before
+
+
+def test_a_trainer_runs_metrics_export_to_tensorboard_beside_it_never_into_it(tmp_path, capsys, monkeypatch, trainer_out):
+    "`nl-embryo tensorboard` on a Trainer folder: the events go to ./tensorboard/NAME, equal its log_history, and nothing is written into it."
+    from nl_embryo.dashboards import read_events
+    before = tree_digest(trainer_out)
+    monkeypatch.chdir(tmp_path)
+    rc, said = cli(capsys, 'tensorboard', trainer_out)
+    out = tmp_path/'tensorboard'/'trainer-run'
+    assert rc == 0 and str(Path('tensorboard')/'trainer-run') in said, said
+    ev = read_events(out).set_index(['tag', 'step']).value
+    hist = json.loads((trainer_out/'checkpoint-6'/'trainer_state.json').read_text())['log_history']
+    assert {s: round(v, 5) for (t, s), v in ev.items() if t == 'train/loss'} == {h['step']: round(h['loss'], 5) for h in hist if 'loss' in h}
+    assert {s for (t, s) in ev.index if t == 'eval/loss'} == {2, 4, 6} and ('optim/lr', 1) in ev.index
+    rc, said = cli(capsys, 'tensorboard', trainer_out)                  # events already there: not written over
+    assert rc == 2 and 'already holds TensorBoard events' in said and '--out' in said, said
+    rc, said = cli(capsys, 'tensorboard', trainer_out, '--out', trainer_out/'tb')
+    assert rc == 2 and 'did not create' in said, said
+    assert tree_digest(trainer_out) == before
