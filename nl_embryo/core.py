@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['WRITER_LOCK', 'PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'atomic_write_bytes',
-           'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'build_lock', 'lock_holder', 'writer_lock',
-           'is_disk_full', 'sha256_file', 'file_mode', 'remove_stale_temps', 'seed_everything', 'get_device',
-           'native_bf16', 'autocast_dtype', 'human_size', 'available_memory', 'check_writable', 'torch_threads']
+__all__ = ['WRITER_LOCK', 'PROCESS_STARTED', 'NlEmbryoError', 'project_root', 'data_dir', 'cache_path', 'checkout_path',
+           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'atomic_dir', 'build_lock', 'lock_holder',
+           'writer_lock', 'is_disk_full', 'sha256_file', 'file_mode', 'remove_stale_temps', 'seed_everything',
+           'get_device', 'native_bf16', 'autocast_dtype', 'human_size', 'available_memory', 'check_writable',
+           'torch_threads']
 
 # %% ../nbs/00_core.ipynb #27131e21
 class NlEmbryoError(Exception):
@@ -44,6 +45,17 @@ def cache_path(*parts: str,  # folder and file names below the cache folder, e.g
                ) -> Path:    # that path under `data_dir()` (nothing is created)
     "A path inside the data cache, e.g. `cache_path('corpora', 'english')`."
     return data_dir().joinpath(*parts)
+
+# %% ../nbs/00_core.ipynb #37db0df8
+def checkout_path(*parts: str,  # a path inside the source checkout, e.g. 'nbs', 'data', 'demo'
+                 ) -> Path:     # that path (it exists)
+    "A file or folder of nl_embryo's source checkout (stored runs, experiment notebooks), found from any working folder."
+    root = project_root()
+    p = root.joinpath(*parts) if root is not None else None
+    if p is None or not p.exists():
+        raise NlEmbryoError(f"{'/'.join(parts)} is not here: it ships with nl_embryo's source checkout" + ('' if root else ', and this nl_embryo is installed without one'),
+                            "install nl_embryo from its checkout (git clone, then make env); a stored run can also be made anew: nl-embryo demo writes runs/demo")
+    return p
 
 # %% ../nbs/00_core.ipynb #a40358f6
 def atomic_write_bytes(path,         # the file to write (str or Path); missing parent folders are created

@@ -376,48 +376,9 @@ def reconstruction_inputs(run,                              # the run (a `Run` o
         first_words = bool(ids) and ids[0] in set(tok.all_special_ids) or context_token(tok) is not None
     return [reconstruction_data(per_group=per_group, seed=seed, max_sentence_words=max_sentence_words, first_words=first_words)]
 
-# %% ../nbs/07_reconstruction.ipynb #e482d47a
-def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over steps (`analyze(run, 'reconstruction')`)
-                         grouping: str = 'pos',     # the groups drawn: 'pos', 'verb_form', 'frequency' or 'all'
-                         rescaled: bool = False,    # divide each curve by its value at the last step (`rescale_by_final`)
-                         title: str | None = None,  # the chart's title (default: from the grouping)
-                        ):
-    "Reconstruction and prediction accuracy by group over steps (the shared step axis, step 0 included), one panel per task (a causal run: prediction only)."
-    import altair as alt
-    what = 'next-word prediction' if prediction_kind(df) == 'next-word' else 'token reconstruction and mask prediction'
-    metric = 'accuracy_rescaled' if rescaled else 'accuracy'
-    if rescaled and not (df['metric'] == metric).any(): df = rescale_by_final(df)
-    d = interval_columns(df[(df['grouping'] == grouping) & (df['metric'] == metric)])[['step', 'task', 'group', 'value', 'lo', 'hi', 'n']]
-    d = d[d['value'].notna()]                                             # groups left out (too few words) are not drawn
-    if d.empty: raise NlEmbryoError(f"no {metric} rows for grouping {grouping!r}", "run analyze(run, 'reconstruction') first")
-    order = {'pos': list(POS_CLASSES), 'verb_form': list(VERB_FORMS)}.get(grouping, sorted(d['group'].unique(), key=lambda s: (len(s), s)))
-    x, color = step_axis(d['step']), alt.Color('group:N', sort=order, title=grouping.replace('_', ' '), legend=line_legend())
-    band = interval_band(x, color=color, opacity=0.12)
-    line = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=25)).encode(
-        x=x, y=alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy'), color=color,
-        tooltip=['task', 'group', 'step', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f'), 'n'])
-    return alt.layer(band, line, data=d).properties(width=280, height=200).facet(column=alt.Column('task:N', sort=['reconstruction', 'prediction'], title=None)).properties(
-        title=title or f"{what} by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}"
-                       " — bands: 95% intervals")
-
-# %% ../nbs/07_reconstruction.ipynb #5057a3dc
-def reconstruction_charts(tables: dict, # the analysis tables: `'reconstruction'` holds the results
-                         ) -> dict:     # chart name -> chart
-    "The saved charts: by part of speech (also rescaled, where a class's final accuracy is above 0), by verb form, by frequency."
-    df = tables['reconstruction']
-    out = dict(reconstruction_pos=reconstruction_chart(df, 'pos'))
-    if rescale_by_final(df[df['grouping'] == 'pos'])['value'].notna().any(): out['reconstruction_pos_rescaled'] = reconstruction_chart(df, 'pos', rescaled=True)
-    out['reconstruction_verb_form'] = reconstruction_chart(df, 'verb_form')
-    if (df['grouping'] == 'frequency').any(): out['reconstruction_frequency'] = reconstruction_chart(df, 'frequency')
-    return out
-
-# %% ../nbs/07_reconstruction.ipynb #0afb9110
-def prediction_phases(run,  # a `Run` with a reconstruction table
-                     ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
-    """Per part of speech, the first step whose prediction interval (mask prediction; next-word prediction for a causal
-    run) clears the class's step-0 value, by at least `MIN_ITEMS` words and `MIN_SHARE` (`clears_baseline`, `first_clearing`)."""
-    rec = run.table('reconstruction') if run.has_table('reconstruction') else None
-    if rec is None or rec.empty: return []
+# %% ../nbs/07_reconstruction.ipynb #92df8c36
+def _prediction_rows(rec: pd.DataFrame) -> list[dict]:
+    "The body of `prediction_phases`, on a reconstruction table (the charts mark the same onsets)."
     d = rec[(rec['task'] == 'prediction') & (rec['grouping'] == 'pos') & (rec['metric'] == 'accuracy') & rec['value'].notna()].sort_values('step')
     what, rows = ('next-word' if prediction_kind(rec) == 'next-word' else 'mask') + ' prediction', []
     for group, g in d.groupby('group', sort=False):
@@ -439,6 +400,56 @@ def prediction_phases(run,  # a `Run` with a reconstruction table
                          lo=np.nan, hi=np.nan, reference=np.nan, source='reconstruction',
                          detail=f"not measured: at most {int(g['n'].max())} words, under the class's quota (reconstruction per_group)"))
     return rows
+
+# %% ../nbs/07_reconstruction.ipynb #e482d47a
+def reconstruction_chart(df: pd.DataFrame,         # reconstruction results over steps (`analyze(run, 'reconstruction')`)
+                         grouping: str = 'pos',     # the groups drawn: 'pos', 'verb_form', 'frequency' or 'all'
+                         rescaled: bool = False,    # divide each curve by its value at the last step (`rescale_by_final`)
+                         title: str | None = None,  # the chart's title (default: from the grouping)
+                        ):
+    "Reconstruction and prediction accuracy by group over steps (the shared step axis, step 0 included), one panel per task (a causal run: prediction only)."
+    import altair as alt
+    what = 'next-word prediction' if prediction_kind(df) == 'next-word' else 'token reconstruction and mask prediction'
+    metric = 'accuracy_rescaled' if rescaled else 'accuracy'
+    if rescaled and not (df['metric'] == metric).any(): df = rescale_by_final(df)
+    d = interval_columns(df[(df['grouping'] == grouping) & (df['metric'] == metric)])[['step', 'task', 'group', 'value', 'lo', 'hi', 'n']]
+    d = d[d['value'].notna()]                                             # groups left out (too few words) are not drawn
+    if d.empty: raise NlEmbryoError(f"no {metric} rows for grouping {grouping!r}", "run analyze(run, 'reconstruction') first")
+    order = {'pos': list(POS_CLASSES), 'verb_form': list(VERB_FORMS)}.get(grouping, sorted(d['group'].unique(), key=lambda s: (len(s), s)))
+    onsets = {r['phase'].split(': ', 1)[1]: r['step'] for r in _prediction_rows(df) if r['step'] is not None} if grouping == 'pos' else {}
+    d = d.assign(onset=(d['task'] == 'prediction') & (d['step'] == d['group'].map(onsets)))     # the step by which each class is learned
+    x, color = step_axis(d['step']), alt.Color('group:N', sort=order, title=grouping.replace('_', ' '), legend=line_legend())
+    y = alt.Y('value:Q', title='accuracy / final accuracy' if rescaled else 'accuracy (share of the words)')
+    band = interval_band(x, color=color, opacity=0.12)
+    line = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=25)).encode(
+        x=x, y=y, color=color,
+        tooltip=['task', 'group', 'step', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f'), 'n'])
+    learned = alt.Chart().transform_filter(alt.datum.onset).mark_point(shape='triangle-down', size=150, filled=True, yOffset=-12,
+                                                                    stroke='black', strokeWidth=0.5).encode(
+        x=x, y=y, color=color, tooltip=['group', alt.Tooltip('step:Q', title='learned by step'), alt.Tooltip('value:Q', format='.3f')])
+    sub = ['bands: 95% intervals'] + (['▼: the step by which a class is learned (its interval clears its step-0 value by at least '
+                                       f'{MIN_ITEMS} words and {MIN_SHARE})'] if onsets else [])
+    return alt.layer(band, line, learned, data=d).properties(width=320, height=220).facet(column=alt.Column('task:N', sort=['reconstruction', 'prediction'], title=None)).properties(
+        title=alt.TitleParams(title or f"{what} by {grouping.replace('_', ' ')}{' (rescaled by the final checkpoint)' if rescaled else ''}", subtitle=sub))
+
+# %% ../nbs/07_reconstruction.ipynb #5057a3dc
+def reconstruction_charts(tables: dict, # the analysis tables: `'reconstruction'` holds the results
+                         ) -> dict:     # chart name -> chart
+    "The saved charts: by part of speech (also rescaled, where a class's final accuracy is above 0), by verb form, by frequency."
+    df = tables['reconstruction']
+    out = dict(reconstruction_pos=reconstruction_chart(df, 'pos'))
+    if rescale_by_final(df[df['grouping'] == 'pos'])['value'].notna().any(): out['reconstruction_pos_rescaled'] = reconstruction_chart(df, 'pos', rescaled=True)
+    out['reconstruction_verb_form'] = reconstruction_chart(df, 'verb_form')
+    if (df['grouping'] == 'frequency').any(): out['reconstruction_frequency'] = reconstruction_chart(df, 'frequency')
+    return out
+
+# %% ../nbs/07_reconstruction.ipynb #0afb9110
+def prediction_phases(run,  # a `Run` with a reconstruction table
+                     ) -> list[dict]:  # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
+    """Per part of speech, the first step whose prediction interval (mask prediction; next-word prediction for a causal
+    run) clears the class's step-0 value, by at least `MIN_ITEMS` words and `MIN_SHARE` (`clears_baseline`, `first_clearing`)."""
+    rec = run.table('reconstruction') if run.has_table('reconstruction') else None
+    return _prediction_rows(rec) if rec is not None and not rec.empty else []
 
 # %% ../nbs/07_reconstruction.ipynb #af40a264
 def reconstruction_section(run,          # the run reported on (the section reads only `tables`)

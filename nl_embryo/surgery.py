@@ -184,7 +184,7 @@ def surgery_checkpoint(model,                        # the checkpoint's model (t
 
 # %% ../nbs/09a_surgery.ipynb #49f45ba1
 def surgery_check(run,                          # a `Run`
-                  surgeries=DEFAULT_SURGERIES,  # the surgeries asked for (a list, or comma-separated text)
+                  surgeries=None,               # the surgeries asked for (a list, or comma-separated text); None: the blocks are not checked
                  ) -> None:  # nothing; raises `NlEmbryoError` for what cannot run
     """Refuse, before any data or model is read: a timeline nl_embryo did not write that names no eval text (surgery's
     held-out loss, MLM or next-token, needs one), and a surgery on blocks the model does not have (its `config.json`'s layer count)."""
@@ -192,6 +192,7 @@ def surgery_check(run,                          # a `Run`
         raise NlEmbryoError(f"surgery measures a held-out LM loss (masked or next-token), and {run.path} ({run.source.kind}, not trained by nl_embryo) names no eval text to measure it on",
                             "name one with --eval-text: a corpus of nl_embryo (its eval split), e.g. nl-embryo analyze PATH --out DIR --surgery "
                             "--eval-text english, or a UTF-8 text file, --eval-text notes.txt (in Python: Run(path, out=..., eval_text='english'))")
+    if surgeries is None: return
     try: cfg = run.model_config()
     except NlEmbryoError: return                # no complete checkpoint yet: the pass says so
     L = cfg.get('num_hidden_layers') or cfg.get('n_layer') or cfg.get('num_layers')
@@ -200,7 +201,8 @@ def surgery_check(run,                          # a `Run`
             raise NlEmbryoError(f"surgery {name}: the model has blocks block1..block{L} (counted from 1 like the probes' layers), not block{bad[0]}",
                                 f"choose a block from 1 to {L}, e.g. --surgery clean:block{L}")
         if name.startswith('remove:') and not 1 <= int(name.split(':', 1)[1]) < L:
-            raise NlEmbryoError(f"surgery {name}: the model has {L} blocks, so between 1 and {L - 1} can be removed", f"e.g. --surgery remove:{L - 1}")
+            raise NlEmbryoError(f"surgery {name}: the model has {L} block{'s' if L > 1 else ''}, so " + (f"between 1 and {L - 1} can be removed" if L > 1 else "none can be removed"),
+                                f"e.g. --surgery remove:{L - 1}" if L > 1 else "leave remove:N out, e.g. --surgery reverse,shuffle,clean:block1")
 
 # %% ../nbs/09a_surgery.ipynb #0a992282
 def surgery_data(run,                     # a `Run`: a run folder written by `pretrain` (its config names the corpus and eval masks), or a timeline with an eval text (`Run(..., eval_text=)`)

@@ -1,7 +1,10 @@
 """What the notebooks show: their stored outputs (they are the docs pages) carry no machine paths, and those of the README
-and the tutorials no warnings; and every `nl-embryo` command the tutorials and the README's command block document exists as written."""
-import argparse, json, re, shlex, tempfile
+and the tutorials no warnings; every `nl-embryo` command the tutorials and the README's command block document exists as
+written; and each tutorial runs top to bottom from a folder outside the checkout."""
+import argparse, json, re, shlex, shutil, tempfile
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT, cli
 
@@ -99,3 +102,24 @@ def test_documented_commands_work_as_written(capsys):
         assert any(c == command for _, _, c in commands), command
         rc, out = cli(capsys, *command.split())
         assert rc in (0, None) and expect in out, out[-2000:]
+
+
+TUTORIALS = sorted((ROOT/'nbs'/'tutorials').glob('*.ipynb'))
+
+
+@pytest.mark.parametrize('name', [p.name for p in TUTORIALS])
+def test_each_tutorial_runs_top_to_bottom_from_a_folder_outside_the_checkout(tmp_path, monkeypatch, name):
+    """Each tutorial, copied to a temporary folder outside the checkout, runs every cell as `nbdev_test --flags slow` does
+    (the `gpu` cells aside): its data comes from the data cache, a run it makes, or the checkout's stored tables found
+    through the package (`checkout_path`), never from a path relative to nbs/. `tools/nbtest.py` leaves the tutorials
+    to this test, so the suite runs each once."""
+    import torch
+    from nbdev.test import test_nb
+    elsewhere = tmp_path/'elsewhere'; elsewhere.mkdir()
+    assert not elsewhere.resolve().is_relative_to(ROOT.resolve())
+    copy = Path(shutil.copy(ROOT/'nbs'/'tutorials'/name, elsewhere/name))
+    monkeypatch.setenv('IN_TEST', '1'); monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    n = torch.get_num_threads(); torch.set_num_threads(1)          # two test workers on two cores
+    try: ok, seconds = test_nb(copy, skip_flags=['gpu'], force_flags=['slow'], showerr=True)
+    finally: torch.set_num_threads(n)
+    assert ok, f"{name} failed when run from {elsewhere} (its traceback is above)"

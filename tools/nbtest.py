@@ -6,6 +6,10 @@ notebooks, flags and test function (`nbdev.test.test_nb`) run in the order of `S
 longest-first rule of scheduling), after the two of `FIRST` that fill the data cache; notebooks not listed follow in
 name order. The figures only rank the notebooks.
 
+The tutorials (nbs/tutorials) are left to `tests/test_tutorials.py`, which runs each from a folder outside the checkout,
+as a reader who copied it would: run here too they would cost the suite about three minutes twice. Named on the command
+line, they run here as any notebook.
+
     python tools/nbtest.py [--flags slow] [--n_workers 2] [--timing] [NOTEBOOK ...]
 """
 import argparse, os, sys
@@ -42,7 +46,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = get_config()
     nbs = Path(cfg.nbs_path).resolve()
-    found = [Path(f) for f in a.paths] if a.paths else nbglob(cfg.nbs_path, as_path=True)
+    found = ([Path(f) for f in a.paths] if a.paths else
+             [f for f in nbglob(cfg.nbs_path, as_path=True) if 'tutorials' not in Path(f).resolve().relative_to(nbs).parts])   # tests/test_tutorials.py runs those
     files = [f.absolute() for f in sorted(found) if _keep_file(f, '.notest')]
     def rank(f):
         rel = f.resolve().relative_to(nbs).as_posix()
