@@ -335,7 +335,7 @@ def _shown_words(aoa: pd.DataFrame, n: int) -> list[str]:
     return out or d['word'].head(n).tolist()
 
 def acquisition_curves_chart(tables: dict,            # `acquisition_surprisal` and `acquisition` of one option set
-                             words: list | None = None, # the words drawn (None: `_shown_words`, six)
+                             words: list | None = None, # the words drawn (None: six acquired words, half function and half content, spread over the frequency ranks)
                             ):
     """A few words' surprisal over log10 steps (the scale of the ages; step 0 has no log and is left out), bands their 95%
     intervals over contexts, chance dotted and each word's AoA a dashed rule."""

@@ -15,10 +15,10 @@ from .core import NlEmbryoError, atomic_write_bytes, atomic_write_text, cache_pa
 # %% auto #0
 __all__ = ['STEP_SCALES', 'STEP_SCALE_NOTES', 'LABEL_LIMIT', 'THEME', 'CHART_FORMATS', 'JS_BUNDLE_MARK', 'PNG_KEY', 'VEGA_MIME',
            'EMBED_OPTIONS', 'step_scale', 'step_ticks', 'step_label', 'step_axis', 'step_slider', 'step_marks',
-           'phase_marks', 'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines', 'baseline_rules',
-           'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img', 'chart_png', 'chart_key',
-           'with_png_key', 'png_key', 'chart_renderer_problem', 'save_chart', 'lab_vegalite_version', 'vega_mimebundle',
-           'use_offline_renderer']
+           'phase_rows', 'phase_marks', 'use_theme', 'interval_band', 'line_legend', 'y_domain', 'edge_baselines',
+           'baseline_rules', 'cache_js_bundle', 'shared_js_bundle', 'chart_svg', 'compact_png', 'chart_img',
+           'chart_png', 'chart_key', 'with_png_key', 'png_key', 'chart_renderer_problem', 'save_chart',
+           'lab_vegalite_version', 'vega_mimebundle', 'use_offline_renderer']
 
 # %% ../nbs/04b_charts.ipynb #8fccd174
 STEP_SCALES = ('linear', 'point', 'symlog', 'sqrt')
@@ -121,25 +121,43 @@ def step_marks(x,                     # the x encoding (the chart's `step_axis`)
         fontSize=10).encode(x=x, y=alt.value(0), text='label:N')
     return [rule, label, points]
 
+# %% ../nbs/04b_charts.ipynb #5bf3ea1e
+def phase_rows(phases: pd.DataFrame,  # rows with `phase`, `step`, `step_lo` (as `Run.phases()` gives them); other columns are kept
+               groupby=(),            # the columns of a chart's panels (a facet): the labels stack within each panel
+              ) -> pd.DataFrame:      # the phases reached, in order of onset, with `phase_label` and `phase_y`
+    """The rows `phase_marks` draws: the phases that have a step (whole `step` and `step_lo`; no `step_lo`: the step
+    itself), in order of onset, each labelled 'PHASE: by step N' (`phase_label`), the labels one line apart from the top
+    (`phase_y`, in pixels) so that several onsets in one panel stay readable."""
+    d = phases[phases['step'].notna()].copy()
+    d['step'] = d['step'].astype(int); d['step_lo'] = d['step_lo'].fillna(d['step']).astype(int)
+    d = d.sort_values('step', kind='stable').reset_index(drop=True)
+    d['phase_label'] = [f"{p}: by step {s:,}" for p, s in zip(d['phase'], d['step'])]
+    rank = d.groupby(list(groupby), sort=False).cumcount() if len(groupby) and len(d) else pd.Series(np.arange(len(d)), index=d.index)
+    d['phase_y'] = 3 + 13 * rank.to_numpy(int)
+    return d
+
 # %% ../nbs/04b_charts.ipynb #8074c8cb
 def phase_marks(x,                       # the x encoding (the chart's `step_axis`)
-                phases: pd.DataFrame,    # rows with `phase`, `step`, `step_lo` (as `Run.phases()` gives them)
+                phases: pd.DataFrame | None = None,  # rows with `phase`, `step`, `step_lo` (as `Run.phases()` gives them); None: the chart's own rows (`where`)
                 color: str = '#b279a2',  # the colour of the bands, rules and labels
+                where=None,              # with `phases=None`: a filter (a Vega expression) of the chart's rows that are onsets, rows of `phase_rows`
                ) -> list:                # the layers: the bands, the rules, their labels (none when no phase has a step)
-    "The layers that mark `phases` on a chart over steps: a band from `step_lo` to `step`, a rule at `step` labelled 'PHASE: by step N'."
+    """The layers that mark `phases` on a chart over steps: a band from `step_lo` to `step`, a rule at `step` labelled
+    'PHASE: by step N' (`phase_rows`). With `phases=None` they carry no data: they draw the chart's rows that `where`
+    picks, which hold the columns of `phase_rows` (a facet's panels each mark their own)."""
     import altair as alt
-    d = phases[phases['step'].notna()].copy()
-    if d.empty: return []
-    d['step'] = d['step'].astype(int); d['step_lo'] = d['step_lo'].fillna(d['step']).astype(int)
-    d['label'] = d['phase'] + ': by step ' + d['step'].map('{:,}'.format)
-    d = d[['phase', 'step', 'step_lo', 'label']]
+    if phases is not None:
+        d = phase_rows(phases)
+        if d.empty: return []
+        here = alt.Chart(d[['phase', 'step', 'step_lo', 'phase_label', 'phase_y']])
+    else: here = alt.Chart() if where is None else alt.Chart().transform_filter(where)
     spec = x.to_dict()
     lo = alt.X(**{**spec, 'field': 'step_lo'})
     tip = [alt.Tooltip('phase:N'), alt.Tooltip('step_lo:Q', title='after step'), alt.Tooltip('step:Q', title='by step')]
-    band = alt.Chart(d).mark_rect(opacity=0.15, color=color).encode(x=lo, x2='step', tooltip=tip)
-    rule = alt.Chart(d).mark_rule(color=color, strokeDash=[2, 2]).encode(x=x, tooltip=tip)
-    label = alt.Chart(d).mark_text(color=color, align='left', baseline='top', dx=3, dy=3, fontSize=10).encode(
-        x=x, y=alt.value(0), text='label:N')
+    band = here.mark_rect(opacity=0.15, color=color).encode(x=lo, x2='step', tooltip=tip)
+    rule = here.mark_rule(color=color, strokeDash=[2, 2]).encode(x=x, tooltip=tip)
+    label = here.mark_text(color=color, align='left', baseline='top', dx=3, fontSize=10).encode(
+        x=x, y=alt.Y('phase_y:Q', scale=None, axis=None), text='phase_label:N')
     return [band, rule, label]
 
 # %% ../nbs/04b_charts.ipynb #cca35669

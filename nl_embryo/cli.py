@@ -10,7 +10,7 @@ from . import __version__
 from .core import NlEmbryoError, human_size
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'CliParser', 'unknown_flags_error', 'show_warning', 'make_parser', 'main']
+__all__ = ['EXAMPLES', 'CliParser', 'unknown_flags_error', 'show_warning', 'make_parser', 'main', 'cli_reference']
 
 # %% ../nbs/15_cli.ipynb #50cb5fec
 def _data_fetch(args):
@@ -549,3 +549,32 @@ def main(argv: list[str] | None = None,  # the arguments after `nl-embryo` (None
             print("nl-embryo: interrupted", file=sys.stderr)
             return 130
     return 0
+
+# %% ../nbs/15_cli.ipynb #75ce4c1a
+def _flag_rows(q: argparse.ArgumentParser) -> list[str]:
+    "The markdown table rows of parser `q`'s arguments: name (with its metavar, which lists the choices), default, and help (`%(default)s` expanded)."
+    fmt, rows = q._get_formatter(), []
+    for a in q._actions:
+        if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)): continue
+        meta = fmt._format_args(a, a.dest.upper()) if a.nargs != 0 else ''
+        name = ', '.join(f'{o} {meta}'.strip() for o in a.option_strings) if a.option_strings else (a.metavar or a.dest)
+        help_ = fmt._expand_help(a) if a.help and a.help != argparse.SUPPRESS else ''
+        default = '' if a.default in (None, False, argparse.SUPPRESS) or not a.option_strings or a.nargs == 0 else f'`{a.default}`'
+        esc = lambda s: ' '.join(str(s).split()).replace('|', '&#124;')
+        rows.append(f"| `{esc(name)}` | {esc(default)} | {esc(help_)} |")
+    return rows
+
+def cli_reference(parser: argparse.ArgumentParser | None = None, # the parser (None: `make_parser()`, every sub-command built in full)
+                 ) -> str:                                        # markdown: one section per command
+    "Every `nl-embryo` command as markdown: a heading, what it does, its usage, a table of its arguments and flags, and its examples."
+    p = parser or make_parser()
+    helps = {f'{q.prog} {c.dest}': c.help for q in _all_parsers(p) for a in q._actions if isinstance(a, argparse._SubParsersAction) for c in a._choices_actions}
+    out = []
+    for q in _all_parsers(p):
+        name = q.prog.removeprefix('nl-embryo').strip()
+        text = q.description or helps.get(q.prog, '')
+        usage = ' '.join(q.format_usage().removeprefix('usage: ').split())
+        out += [f"## {q.prog}", '', text, '', f"```bash\n{usage}\n```", '']
+        if rows := _flag_rows(q): out += ['| Argument | Default | What it does |', '|---|---|---|', *rows, '']
+        if ex := EXAMPLES.get(name): out += ['Examples:', '', '```bash', *ex, '```', '']
+    return '\n'.join(out)

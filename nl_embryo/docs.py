@@ -17,10 +17,11 @@ from .data import fetch, fetched_path, is_fetched
 # %% auto #0
 __all__ = ['SITE_ASSETS', 'BUILD_NOTES', 'find_project', 'nbdev_project', 'notebook_errors', 'source_notebooks',
            'process_notebooks', 'site_config', 'resolve_sidebar', 'write_site_config', 'spec_to_svg', 'has_live_chart',
-           'chart_output_to_svg', 'library_symbols', 'class_methods', 'method_markdown', 'add_method_docs',
-           'add_methods_to_proc', 'plain_markdown', 'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html',
-           'nav_html', 'html_exporter', 'render_page', 'fix_notebook_links', 'check_links', 'search_entries',
-           'write_search_index', 'write_readme', 'DocsReport', 'write_build_notes', 'build_docs', 'notebook_to_html']
+           'live_vega_spec', 'chart_output_to_svg', 'library_symbols', 'class_methods', 'short_signature',
+           'TableRenderer', 'method_markdown', 'add_method_docs', 'add_methods_to_proc', 'plain_markdown',
+           'prepare_notebook', 'site_asset', 'copy_site_assets', 'toc_html', 'nav_html', 'html_exporter', 'render_page',
+           'fix_notebook_links', 'check_links', 'search_entries', 'write_search_index', 'write_readme', 'DocsReport',
+           'write_build_notes', 'build_docs', 'notebook_to_html']
 
 # %% ../nbs/infra/docs.ipynb #2407bead
 def find_project(root=None, # the folder that holds `settings.ini`; None: the nearest one from the cwd up, else this checkout
@@ -291,6 +292,18 @@ def has_live_chart(page: str, # the html of a page
     "Does html `page` hold a live chart (one that `chart_output_to_svg` made), so that it needs the site's Vega bundle?"
     return _LIVE_CHART in page
 
+# %% ../nbs/infra/docs.ipynb #04a3e5de
+def live_vega_spec(spec: dict,              # a chart's spec
+                   mode: str = 'vega-lite', # its language: 'vega-lite' or 'vega'
+                  ) -> dict:                # a Vega spec whose `$schema` names the major version of the site's Vega bundle
+    "The spec a live chart of the site hands to the site's own Vega: compiled to Vega (with the Vega-Lite version it names) and marked with the bundle's Vega version, so vega-embed draws it without a version warning."
+    import vl_convert as vlc
+    if mode != 'vega':
+        m = re.search(r'/v(\d+)\.(\d+)', str(spec.get('$schema', '')))
+        v = f"{m.group(1)}.{m.group(2)}" if m else None
+        spec = vlc.vegalite_to_vega(spec, vl_version=v) if v in vlc.get_vegalite_versions() else vlc.vegalite_to_vega(spec)
+    return {**spec, '$schema': f"https://vega.github.io/schema/vega/v{vlc.get_vega_version().split('.')[0]}.json"}
+
 # %% ../nbs/infra/docs.ipynb #138d2a8e
 def chart_output_to_svg(output,              # a notebook output (nbformat), changed in place
                         inline: bool = True, # SVG as inline html (a live view for a chart with bound inputs); False: an `image/svg+xml` output
@@ -311,8 +324,8 @@ def chart_output_to_svg(output,              # a notebook output (nbformat), cha
     svg, new = spec_to_svg(*spec), {'text/plain': data.get('text/plain', '')}
     svg = _unique_svg_ids(svg, f"c{uuid.uuid4().hex[:6]}-")
     if inline and _bound_params(*spec):
-        js = json.dumps(spec[0]).replace('</', '<\\/')
-        new['text/html'] = (f'{_LIVE_CHART} data-mode="{spec[1]}"><div class="nl-view"></div><div class="nl-static">{svg}</div>'
+        js = json.dumps(live_vega_spec(*spec)).replace('</', '<\\/')
+        new['text/html'] = (f'{_LIVE_CHART} data-mode="vega"><div class="nl-view"></div><div class="nl-static">{svg}</div>'
                             f'<script type="application/json" class="nl-spec">{js}</script></div>')
     elif inline: new['text/html'] = f'<div class="nl-chart">{svg}</div>'
     else: new['image/svg+xml'] = svg
@@ -342,6 +355,58 @@ def class_methods(syms: dict, # nbdev's index of the library, as `library_symbol
     pre = cls[0] + '.'
     return [(k, f'{name}.{k[len(pre):]}') for k, v in syms.items()
             if k.startswith(pre) and '.' not in k[len(pre):] and not k[len(pre):].startswith('_') and v[0].startswith(f'{page}#')]
+
+# %% ../nbs/infra/docs.ipynb #9b062576
+from nbdev.showdoc import BasicMarkdownRenderer
+
+# %% ../nbs/infra/docs.ipynb #0dbc1e93
+def _code(s) -> str: return f"<code>{html.escape(str(s)).replace('|', '&#124;')}</code>"
+
+def _cell(s: str) -> str:
+    "A docment as a markdown table cell: one line; a `|` outside code spans escaped, a code span holding one written as html."
+    parts = re.split(r'(`[^`\n]*`)', ' '.join(str(s).split()))
+    return ''.join((_code(p[1:-1]) if '|' in p else p) if p.startswith('`') and p.endswith('`') and len(p) > 1
+                   else p.replace('|', '&#124;') for p in parts)
+
+def _default(o) -> str: return o.__name__ if hasattr(o, '__name__') else repr(o)
+
+def _anno(a) -> str: return a if isinstance(a, str) else inspect.formatannotation(a)
+
+def short_signature(sym,             # a function or class, as `show_doc` takes it
+                    width: int = 88, # longer signatures put one parameter on each line
+                   ) -> str:
+    "The signature of `sym` as written, without the parameters' comments (`def f(a: int = 1, *, b=None) -> str`), on one line when it fits in `width`."
+    sig, ps, star = inspect.signature(sym), [], False
+    for p in sig.parameters.values():
+        if p.name == 'self': continue
+        if p.kind == p.KEYWORD_ONLY and not star: ps.append('*'); star = True
+        if p.kind == p.VAR_POSITIONAL: star = True
+        s = {p.VAR_POSITIONAL: '*', p.VAR_KEYWORD: '**'}.get(p.kind, '') + p.name
+        if p.annotation is not p.empty: s += f": {_anno(p.annotation)}"
+        if p.default is not p.empty: s += f" = {_default(p.default)}"
+        ps.append(s)
+    ret = sig.return_annotation
+    tail = ')' + (f" -> {_anno(ret)}" if ret is not sig.empty and not inspect.isclass(sym) else '')
+    head = f"{'class' if inspect.isclass(sym) else 'def'} {getattr(sym, '__name__', 'f')}("
+    one = head + ', '.join(ps) + tail
+    return one if len(one) <= width else head + '\n' + ''.join(f'    {p},\n' for p in ps) + tail
+
+# %% ../nbs/infra/docs.ipynb #1c210265
+class TableRenderer(BasicMarkdownRenderer):
+    "nbdev's `show_doc` entry (source link, heading, docstring) with `short_signature` and a table of the parameters: type, default and details (the comment beside each), and the return value."
+    def _repr_markdown_(self):
+        md = super()._repr_markdown_()
+        try: dm, sig, params = dict(self.dm.dm), short_signature(self.sym), inspect.signature(self.sym).parameters
+        except Exception: return md   # what nbdev cannot take apart keeps nbdev's own entry
+        md = re.sub(r'```python\n.*?\n```', lambda m: f'```python\n{sig}\n```', md, count=1, flags=re.S)
+        e = inspect.Parameter.empty
+        rows = [(f'`{p.name}`', p.annotation, p.default, (dm.get(p.name) or {}).get('docment')) for p in params.values() if p.name != 'self']
+        ret, said = inspect.signature(self.sym).return_annotation, (dm.get('return') or {}).get('docment')
+        if not inspect.isclass(self.sym) and (said or ret is not e): rows.append(('**Returns**', ret, e, said))
+        if not rows: return md
+        table = ['|  | Type | Default | Details |', '|---|---|---|---|']
+        table += [f"| {nm} | {'' if a is e else _code(_anno(a))} | {'' if d is e else _code(_default(d))} | {_cell(doc or '')} |" for nm, a, d, doc in rows]
+        return md + '\n\n' + '\n'.join(table)
 
 # %% ../nbs/infra/docs.ipynb #8ee435be
 def _resolve(qual: str):
@@ -502,7 +567,7 @@ def prepare_notebook(nb,                     # a processed notebook (nbformat), 
     return fm, charts
 
 # %% ../nbs/infra/docs.ipynb #f834aca6
-_SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) and the live Vega and Vega-Lite charts (window.vegaEmbed, mode from data-mode)
+_SEARCH_JS = r"""// nl_embryo docs: the search box, over window.NL_SEARCH_INDEX; each hit with a snippet of its text
 (function () {
   function score(e, q, words) {
     var t = e.t.toLowerCase(), s = (e.s || '').toLowerCase(), k = e.k === 'api' ? 5 : e.k === 'page' ? 3 : 0;
@@ -520,20 +585,58 @@ _SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) a
               .sort(function (a, b) { return b[0] - a[0]; }).slice(0, 20).map(function (x) { return x[1]; });
   }
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c]; }); }
+  function snippet(e, words) {   // the words of the entry's text around the first query word found, the query words marked
+    var s = e.s || '', low = s.toLowerCase(), at = -1, n = 150;
+    words.forEach(function (w) { var i = low.indexOf(w); if (i >= 0 && (at < 0 || i < at)) at = i; });
+    var from = at < 60 ? 0 : s.lastIndexOf(' ', at - 50) + 1, text = s.slice(from, from + n);
+    if (!text) return '';
+    var marked = text.split(/(\s+)/).map(function (t) {
+      var lt = t.toLowerCase();
+      return words.some(function (w) { return w.length > 1 && lt.indexOf(w) >= 0; }) ? '<mark>' + esc(t) + '</mark>' : esc(t);
+    }).join('');
+    return '<div class="nl-snippet">' + (from > 0 ? '… ' : '') + marked + (from + n < s.length ? ' …' : '') + '</div>';
+  }
   function setupSearch() {
     var box = document.querySelector('input.nl-search'), list = document.querySelector('ul.nl-results');
     if (!box || !list) return;
     var root = box.getAttribute('data-root') || '';
     box.addEventListener('input', function () {
-      var hits = search(box.value);
+      var hits = search(box.value), words = box.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
       list.innerHTML = hits.map(function (e) {
         var where = e.k === 'page' ? '' : ' <span class="nl-where">' + esc(e.pt || e.p) + '</span>';
-        return '<li><a class="nl-result" href="' + esc(root + e.p + (e.a ? '#' + e.a : '')) + '">' + esc(e.t) + '</a>' + where + '</li>';
+        return '<li><a class="nl-result" href="' + esc(root + e.p + (e.a ? '#' + e.a : '')) + '">' + esc(e.t) + '</a>' + where + snippet(e, words) + '</li>';
       }).join('') || (box.value.trim() ? '<li class="nl-none">no match</li>' : '');
     });
     box.addEventListener('keydown', function (ev) {
       var first = list.querySelector('a.nl-result');
       if (ev.key === 'Enter' && first) { window.location.href = first.href; }
+    });
+  }
+  window.nlSearch = search;
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', function () { setupSearch(); });
+  else { setupSearch(); }
+}());
+"""
+
+# %% ../nbs/infra/docs.ipynb #e3a7b1ad
+_SITE_JS = _SEARCH_JS + r"""// a Copy button on each block of code, and the live charts (window.vegaEmbed)
+(function () {
+  function copyText(text, done) {   // the clipboard API where the page is a secure context, else a selected textarea (file:// in some browsers)
+    function fallback() {
+      var t = document.createElement('textarea'); t.value = text; t.style.position = 'fixed'; t.style.opacity = '0';
+      document.body.appendChild(t); t.select(); try { document.execCommand('copy'); } catch (err) {} t.remove(); done();
+    }
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, fallback); else fallback();
+  }
+  function setupCopy() {   // a Copy button on each block of code: the code cells and the code in the prose
+    document.querySelectorAll('main div.highlight pre, main .jp-RenderedMarkdown pre').forEach(function (pre) {
+      if (pre.querySelector('button.nl-copy')) return;
+      var b = document.createElement('button'); b.type = 'button'; b.className = 'nl-copy'; b.textContent = 'Copy'; b.title = 'Copy the code';
+      b.addEventListener('click', function () {
+        var text = Array.prototype.filter.call(pre.childNodes, function (n) { return n !== b; }).map(function (n) { return n.textContent; }).join('');
+        copyText(text.replace(/\n$/, ''), function () { b.textContent = 'Copied'; setTimeout(function () { b.textContent = 'Copy'; }, 1500); });
+      });
+      pre.appendChild(b);
     });
   }
   function setupCharts() {
@@ -545,9 +648,8 @@ _SITE_JS = r"""// nl_embryo docs: the search box (over window.NL_SEARCH_INDEX) a
         .catch(function (err) { console.warn('live chart not drawn, its static picture stays:', err); });
     });
   }
-  window.nlSearch = search;
-  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', function () { setupSearch(); setupCharts(); });
-  else { setupSearch(); setupCharts(); }
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', function () { setupCopy(); setupCharts(); });
+  else { setupCopy(); setupCharts(); }
 }());
 """
 
@@ -638,6 +740,13 @@ input.nl-search { width: 100%; box-sizing: border-box; padding: 0.3rem 0.5rem; m
 ul.nl-results { margin-bottom: 0.8rem !important; }
 ul.nl-results li { border-bottom: 1px solid #eee; padding: 0.1rem 0; }
 ul.nl-results .nl-where { color: #6c757d; font-size: 12px; }
+ul.nl-results .nl-snippet { color: #495057; font-size: 12px; line-height: 1.35; }
+ul.nl-results .nl-snippet mark { background: #fff3bf; padding: 0; }
+main pre { position: relative; white-space: pre-wrap; overflow-wrap: anywhere; }
+main .jp-OutputArea .jp-RenderedMarkdown pre { background: #f8f9fa; padding: 0.5rem 0.7rem; border-radius: 4px; }
+button.nl-copy { position: absolute; top: 4px; right: 4px; font: 12px system-ui, sans-serif; padding: 1px 7px; border: 1px solid #ced4da;
+  border-radius: 4px; background: #fff; color: #495057; cursor: pointer; opacity: 0.55; }
+main pre:hover button.nl-copy, button.nl-copy:focus { opacity: 1; }
 .nl-chart svg { max-width: 100%; height: auto; }
 @media (max-width: 1100px) { body.nl-docs { grid-template-columns: 16rem minmax(0, 1fr); } nav.nl-toc { display: none; } }
 @media (max-width: 800px) { body.nl-docs { display: block; } nav.nl-nav { position: static; height: auto; max-height: none; border-right: 0; border-bottom: 1px solid #dee2e6; } }

@@ -375,32 +375,39 @@ def minimal_pairs_phases(run,              # a `Run` (or its path) with a `minim
 SERIES = ('model', 'unigram baseline', 'step-0 network')   # the lines of the chart, in its legend's words
 
 def _long(df: pd.DataFrame) -> pd.DataFrame:
-    "The model's and its baselines' accuracy as one row per (phenomenon, step, series), with each phenomenon's onset marked."
+    "The model's and its baselines' accuracy as one row per (phenomenon, step, series), each phenomenon's onset on its model row (`phase_rows`)."
+    from nl_embryo.charts import phase_rows
     d = with_step0(df)
-    onset = {r['phase'].removeprefix('minimal pairs: '): r['step'] for r in minimal_pairs_onsets(df)}
+    on = pd.DataFrame([dict(r, phenomenon=r['phase'].removeprefix('minimal pairs: '), phase='onset') for r in minimal_pairs_onsets(df)],
+                      columns=['phase', 'step', 'step_lo', 'phenomenon'])
     parts = [d.assign(series=name, value=d[v], lo=d[v + '_lo' if v != 'value' else 'lo'], hi=d[v + '_hi' if v != 'value' else 'hi'])
              for name, v in zip(SERIES, ('value', 'unigram', 'step0'))]
     out = pd.concat(parts, ignore_index=True)[['phenomenon', 'step', 'series', 'value', 'lo', 'hi', 'n']]
-    return out.assign(onset=out['phenomenon'].map(onset).astype(float), is_onset=lambda x: (x['step'] == x['onset']) & (x['series'] == 'model'))
+    marks = phase_rows(on, groupby=['phenomenon']).assign(series='model')
+    out = out.merge(marks[['phenomenon', 'step', 'series', 'step_lo', 'phase', 'phase_label', 'phase_y']], on=['phenomenon', 'step', 'series'], how='left')
+    return out.assign(is_onset=out['phase_label'].notna())
 
 def minimal_pairs_chart(df: pd.DataFrame,  # the `minimal_pairs` table of one option set
                        ):
-    "Per phenomenon, accuracy over steps (band: 95% interval over sentences) beside the unigram baseline and the step-0 network, chance at 0.5 and the onset a labelled rule."
+    """Per phenomenon, accuracy over steps (band: 95% interval over sentences) beside the unigram baseline and the step-0
+    network, chance a labelled rule at 0.5, and the onset (`minimal_pairs_onsets`) shaded from the checkpoint before it
+    to a rule labelled with its step."""
     import altair as alt
-    from nl_embryo.charts import interval_band, line_legend, step_axis
+    from nl_embryo.charts import baseline_rules, interval_band, line_legend, phase_marks, step_axis
     d = _long(df)
     x, col = step_axis(d['step']), alt.Color('series:N', title=None, scale=alt.Scale(domain=list(SERIES)), legend=line_legend(orient='top'))
     band = interval_band(x, color=col, opacity=0.15)
     line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='accuracy (share of pairs)', scale=alt.Scale(domain=[0, 1])),
         color=col, strokeDash=alt.StrokeDash('series:N', scale=alt.Scale(domain=list(SERIES), range=[[1, 0], [5, 3], [2, 2]]), legend=None),
         tooltip=['phenomenon', 'series', 'step', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f'), 'n'])
-    chance = alt.Chart().mark_rule(color='gray', strokeDash=[1, 3]).encode(y=alt.datum(0.5))
-    rule = alt.Chart().mark_rule(color='black', strokeDash=[6, 2]).encode(x=x).transform_filter('datum.is_onset')
-    label = alt.Chart().mark_text(align='left', dx=3, dy=-60, fontSize=10).encode(x=x, text=alt.value('onset')).transform_filter('datum.is_onset')
-    return (alt.layer(band, line, chance, rule, label, data=d).properties(width=220, height=150)
+    chance = baseline_rules(pd.DataFrame(dict(value=[0.5], baseline=['chance 0.5'])))
+    onset = phase_marks(x, where='datum.is_onset') if d['is_onset'].any() else []
+    sub = ['bands: 95% intervals over sentences; gray: chance'] + ([
+        f"shaded to a labelled rule: the onset, the step by which the interval clears chance, the unigram baseline and the step-0 "
+        f"network (by {MIN_ITEMS} pairs and {MIN_SHARE}), after the checkpoint before it"] if onset else [])
+    return (alt.layer(band, line, chance, *onset, data=d).properties(width=220, height=150)
             .facet(facet=alt.Facet('phenomenon:N', title=None), columns=3)
-            .properties(title='Minimal pairs: the share where the grammatical sentence scores higher — bands: 95% intervals over sentences; '
-                              'dashed rule: the onset'))
+            .properties(title=alt.TitleParams('Minimal pairs: the share where the grammatical sentence scores higher', subtitle=sub)))
 
 def minimal_pairs_charts(tables: dict,  # `minimal_pairs` of one option set
                         ) -> dict:      # {'minimal_pairs': the chart}

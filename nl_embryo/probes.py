@@ -16,20 +16,21 @@ from tqdm.auto import tqdm
 from .registry import Analysis, analyze, register
 from .catalog import CATALOG
 from .stats import cluster_bootstrap, interval_columns
-from .charts import edge_baselines, interval_band, line_legend, save_chart, step_axis, step_label, step_marks, step_slider, y_domain   # (save_chart: also importable from here, as before)
+from .charts import edge_baselines, interval_band, line_legend, phase_marks, phase_rows, save_chart, step_axis, step_label, step_marks, step_slider, y_domain   # (save_chart: also importable from here, as before)
 from .core import NlEmbryoError, autocast_dtype
 from .probe_solver import classification_scores, fit_probes
-from .timeline import Run
+from .timeline import MIN_ITEMS, MIN_SHARE, PHASE_COLUMNS, Run, clearing_hold, clears_baseline, first_clearing
 from .words import Alignment, align_words, max_input_length, token_batches, words_frame
 from .data import fetched_path, load_brown_tagged, load_turkish_ud, brown_base_tag
 from .splits import eval_sentence_ids
 from .models import max_positions
 
 # %% auto #0
-__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBE_WORDS', 'PROBE_BASELINES', 'PROBES',
-           'ProbeTask', 'extract_features', 'control_labels', 'most_frequent_label', 'probe_scores', 'load_spacy',
-           'probe_task', 'probes_checkpoint', 'probe_correctness', 'probes_data', 'parse_tasks', 'probe_curves_chart',
-           'probe_heatmap_chart', 'probes_charts', 'probes_section']
+__all__ = ['SPLITS', 'SPACY_MODEL', 'TASK_ALIASES', 'PROBE_TASKS', 'PROBES_VERSION', 'PROBE_WORDS', 'PROBE_BASELINES',
+           'PROBE_UNITS', 'PROBES', 'ProbeTask', 'extract_features', 'control_labels', 'most_frequent_label',
+           'probe_scores', 'load_spacy', 'probe_task', 'probes_checkpoint', 'probe_correctness', 'probes_data',
+           'parse_tasks', 'probe_onsets', 'probe_curves_chart', 'probe_heatmap_chart', 'probes_charts',
+           'probes_section']
 
 # %% ../nbs/06_probes.ipynb #9e517dd5
 SPLITS = ('train', 'dev', 'test')
@@ -474,9 +475,54 @@ def parse_tasks(text: str, # comma-separated task names, e.g. 'pos,dep'
     if bad or not tasks: raise NlEmbryoError(f"unknown probing task(s) {bad or text!r}", f"choose from: {', '.join(PROBE_TASKS)}")
     return tasks
 
-# %% ../nbs/06_probes.ipynb #20e70f51
+# %% ../nbs/06_probes.ipynb #8023a1bc
 PROBE_BASELINES = {'majority': ('majority class', [4, 3]), 'per_word': ('most frequent label of the word', [1, 2])}   # name, dash
 
+def probe_onsets(df: pd.DataFrame,          # the probes results over steps (`analyze(run, 'probes')`)
+                 metric: str = 'accuracy',  # the metric whose onsets to find
+                ) -> pd.DataFrame:          # phase rows (`timeline.PHASE_COLUMNS`) with `task` and `layer`, one per task and layer
+    """Per task and layer, the first step whose `metric` interval clears the layer's value at the first step and, for
+    accuracies, the majority class (the upper ends of their intervals), by at least `MIN_ITEMS` test items and `MIN_SHARE`
+    (`clears_baseline`, `first_clearing`, `clearing_hold`); no interval or no `n_test`: no onset."""
+    d = interval_columns(df[df['metric'] == metric]).sort_values(['task', 'layer', 'step'])
+    refs = [m for m in ('majority',) if metric in ('accuracy', 'control_accuracy') and m in set(df['metric'])]
+    b = interval_columns(df[df['metric'].isin(refs)]).groupby(['task', 'step'])[['value', 'hi']].max()   # the strongest baseline per step
+    rows = []
+    for (task, layer), g in d.groupby(['task', 'layer'], sort=True):
+        g = g.reset_index(drop=True)
+        base = np.full(len(g), float(g['value'].iloc[0])); base_hi = np.full(len(g), float(np.fmax(g['hi'].iloc[0], g['value'].iloc[0])))
+        if refs:
+            r = b.loc[task].reindex(g['step'])
+            base, base_hi = np.fmax(base, r['value'].to_numpy(float)), np.fmax(base_hi, r['hi'].to_numpy(float))
+        clears = clears_baseline(g['lo'], g['value'], base, g['n_test'] if 'n_test' in g else np.nan, base_hi=base_hi)
+        step, step_lo = first_clearing(g['step'], clears)
+        i = int(np.flatnonzero(g['step'] == (step if step is not None else step_lo))[0])
+        what = f"{metric.replace('_', ' ')} {g['value'].iloc[i]:.3f} ({g['lo'].iloc[i]:.3f}–{g['hi'].iloc[i]:.3f}) against {base_hi[i]:.3f}"
+        rows.append(dict(phase=f'{task} probe: layer {int(layer)}', step=step, step_lo=step_lo, **clearing_hold(g['step'], clears, step),
+                         value=float(g['value'].iloc[i]), lo=float(g['lo'].iloc[i]), hi=float(g['hi'].iloc[i]), reference=float(base_hi[i]),
+                         source='probes', task=task, layer=int(layer),
+                         detail=f"{what} (the step-{int(g['step'].iloc[0])} value{' and the majority class' if refs else ''}, upper ends); "
+                                f"an onset also needs {MIN_ITEMS} items and {MIN_SHARE} above them"))
+    return pd.DataFrame(rows, columns=[*PHASE_COLUMNS, 'task', 'layer'])
+
+# %% ../nbs/06_probes.ipynb #8a46e860
+PROBE_UNITS = {'accuracy': 'accuracy (share of test words or word pairs)', 'control_accuracy': 'control-task accuracy (share of test items)',
+               'train_accuracy': 'training accuracy (share of training items)', 'selectivity': 'selectivity (accuracy minus control-task accuracy)',
+               'f1_micro': 'micro-averaged F1 (0 to 1)', 'f1_macro': 'macro-averaged F1 (0 to 1)'}   # the y axis titles, with their units
+
+def _onset_marks(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    "The onsets the curves draw: a row per layer reached (metric 'onset', a ▼) and per task its first layers' (metric 'first onset', `phase_rows`)."
+    o = probe_onsets(df, metric).dropna(subset=['step']).astype({'step': int})
+    if o.empty: return o
+    first = o[o['step'] == o.groupby('task')['step'].transform('min')].groupby('task', as_index=False).agg(
+        step=('step', 'first'), step_lo=('step_lo', 'first'), layers=('layer', list))
+    first['phase'] = [f"layer {l[0]} first" if len(l) == 1 else f"layers {l[0]}–{l[-1]} first" if l == list(range(l[0], l[-1] + 1))
+                      else f"layers {', '.join(map(str, l))} first" for l in first['layers']]
+    return pd.concat([o[['task', 'layer', 'step', 'step_lo', 'value']].assign(metric='onset'),
+                      phase_rows(first.drop(columns='layers'), groupby=['task'])
+                      .assign(metric='first onset', phase_y=lambda r: r['phase_y'] + 13)], ignore_index=True)   # a line below the step slider's label
+
+# %% ../nbs/06_probes.ipynb #20e70f51
 def probe_curves_chart(df: pd.DataFrame,          # the probes results over steps (`analyze(run, 'probes')`)
                        metric: str = 'accuracy',  # the metric to draw, e.g. 'accuracy', 'selectivity', 'control_accuracy'
                        title: str | None = None,  # the chart's title (default: from the metric)
@@ -485,7 +531,8 @@ def probe_curves_chart(df: pd.DataFrame,          # the probes results over step
     """Probe `metric` over steps, one line per layer with its 95% interval as a band, one panel per task (the shared step
     axis). For accuracies the baselines are gray rules labelled with their value: majority class (dashed) and most
     frequent label per word (dotted); the y axis spans the curves and bands only, a baseline outside it is drawn at its
-    edge. The step-0 model is each line's own start. Live in a notebook: tooltips, a click on the legend picks a
+    edge. The step-0 model is each line's own start. A ▼ marks each layer's onset (`probe_onsets`), and each panel shades
+    its first layers' onset, from the checkpoint before it, with a labelled rule. Live in a notebook: tooltips, a click on the legend picks a
     layer, and a step slider marks a checkpoint with each layer's value there."""
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
@@ -495,9 +542,9 @@ def probe_curves_chart(df: pd.DataFrame,          # the probes results over step
     base = df[df['metric'].isin(baselines)].groupby(['task', 'metric'], as_index=False)['value'].mean()
     base = edge_baselines(base.assign(baseline=base['metric'].map(lambda m: PROBE_BASELINES[m][0])), dom)
     x = step_axis(d['step'])
-    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer', legend=line_legend())
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis', reverse=True), title='layer (0: embeddings)', legend=line_legend())
     mine = alt.datum.metric == metric
-    y = alt.Y('value:Q', title=metric.replace('_', ' '), scale=alt.Scale(domain=dom, zero=False, nice=False))
+    y = alt.Y('value:Q', title=PROBE_UNITS.get(metric, metric.replace('_', ' ')), scale=alt.Scale(domain=dom, zero=False, nice=False))
     tooltip = ['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')]
     pick = alt.selection_point(fields=['layer'], bind='legend', name='pick_layer')
     lines = alt.Chart().transform_filter(mine).mark_line(point=alt.OverlayMarkDef(size=25)).encode(
@@ -509,8 +556,16 @@ def probe_curves_chart(df: pd.DataFrame,          # the probes results over step
         here = alt.Chart().transform_filter(alt.datum.metric == b)
         layers += [here.mark_rule(strokeDash=PROBE_BASELINES[b][1], color='gray').encode(y=y, tooltip=['baseline:N']),
                    here.mark_text(align='left', baseline='bottom', dx=3, dy=-2, fontSize=10, color='gray').encode(y=y, x=alt.value(0), text='baseline:N')]
+    onsets = _onset_marks(df, metric)
+    if len(onsets):
+        layers += [alt.Chart().transform_filter(alt.datum.metric == 'onset').mark_point(
+            shape='triangle-down', size=110, filled=True, opacity=1, yOffset=-10, stroke='black', strokeWidth=0.5).encode(
+            x=x, y=y, color=color, tooltip=['task', 'layer', alt.Tooltip('step_lo:Q', title='after step'), alt.Tooltip('step:Q', title='by step')]),
+            *phase_marks(x, where="datum.metric == 'first onset'")]
     subtitle = 'bands: 95% intervals' + ('; gray: ' + ', '.join(f"{PROBE_BASELINES[b][0]} ({'dashed' if b == 'majority' else 'dotted'})" for b in baselines) if baselines else '')
-    return alt.layer(*layers, data=pd.concat([d, base], ignore_index=True)).properties(width=260, height=180).facet(
+    subtitle = [subtitle] + ([f"▼: the step by which a layer's interval clears its step-0 value{' and the majority class' if baselines else ''} "
+                              f"(by {MIN_ITEMS} items and {MIN_SHARE}); shaded: the first layers', after the checkpoint before it"] if len(onsets) else [])
+    return alt.layer(*layers, data=pd.concat([d, base, onsets], ignore_index=True)).properties(width=260, height=180).facet(
         column=alt.Column('task:N', title=None)).add_params(slider).properties(
         title=alt.TitleParams(title or f'probe {metric.replace("_", " ")} by layer', subtitle=subtitle))
 
@@ -521,7 +576,7 @@ def probe_heatmap_chart(df: pd.DataFrame,         # the probes results over step
                        ):
     """Probe `metric` as a layer x checkpoint heatmap, one panel per task; its colour scale spans the values drawn (their
     lowest to their highest), so that differences of a few points are seen, and the legend title names that range and,
-    for accuracies, the majority baseline."""
+    for accuracies, the majority baseline. A ▼ marks the cell of each layer's onset (`probe_onsets`)."""
     import altair as alt
     if df.empty or metric not in set(df['metric']): raise NlEmbryoError(f"no {metric!r} rows to plot", "run analyze(run, 'probes') first")
     d = df[df['metric'] == metric][['step', 'task', 'layer', 'value']]
@@ -533,12 +588,17 @@ def probe_heatmap_chart(df: pd.DataFrame,         # the probes results over step
         legend_title.append(f"majority class: {float(df.loc[df['metric'] == 'majority', 'value'].min()):.3f}")
     first = int(d['step'].min()) if len(d) else 0   # a timeline saved from a later step on has no initialisation column
     x_title = 'checkpoint (step)' + (f" (first checkpoint: step {step_label(first)}; no step 0)" if first > 0 else '')
-    return alt.Chart(d).mark_rect().encode(
-        x=alt.X('step:O', title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y('layer:O', sort='descending'),
+    o = probe_onsets(df, metric).dropna(subset=['step']).astype({'step': int})
+    d = d.merge(o[['task', 'layer', 'step']].assign(onset=True), on=['task', 'layer', 'step'], how='left').fillna({'onset': False})
+    onset = [alt.Chart().transform_filter('datum.onset').mark_point(shape='triangle-down', filled=True, size=70, opacity=1, stroke='black',
+                                                                     strokeWidth=1).encode(color=alt.value('white'))] if d['onset'].any() else []
+    sub = [f"▼: the step by which the layer's interval clears its step-0 value{' and the majority class' if 'majority' in set(df['metric']) else ''}"] if onset else []
+    return alt.layer(alt.Chart().mark_rect(), *onset, data=d).encode(
+        x=alt.X('step:O', title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y('layer:O', sort='descending', title='layer (0: embeddings)'),
         color=alt.Color('value:Q', scale=alt.Scale(scheme='viridis', domain=[low, high], nice=False), title=legend_title),
-        tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f')]
+        tooltip=['task', 'step', 'layer', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('onset:N', title='onset')]
     ).properties(width=alt.Step(28), height=alt.Step(22)).facet(column=alt.Column('task:N', title=None)).properties(
-        title=title or f'probe {what}: layer x step')
+        title=alt.TitleParams(title or f'probe {what}: layer x step', subtitle=sub))
 
 # %% ../nbs/06_probes.ipynb #e4d5538f
 def probes_charts(tables: dict, # the analysis tables: `'probes'` holds the results
@@ -558,12 +618,15 @@ def probes_section(run,          # the run reported on (the section reads only `
     parts = ["A linear probe per layer (layer 0 = embeddings) predicts each word's label (for `pos`: its part of speech) "
              "from the hidden states of every checkpoint (Chiang et al. 2020 §4). Gray rules: the majority-class baseline (dashed) and "
              "the most frequent label of each word (dotted), labelled with their values (one far below the curves sits at the "
-             "axis' bottom edge). *Selectivity* "
+             "axis' bottom edge). A ▼ marks the step by which a layer's 95% interval clears its step-0 value (and, for accuracy, "
+             f"the majority class) by at least {MIN_ITEMS} items and {MIN_SHARE}; the shaded band and its rule, each task's first layers' onset, "
+             "after the checkpoint before it. *Selectivity* "
              "is the probe's accuracy minus that of a control task that gives each word type a random label (Hewitt & "
              "Liang 2019): what the layer encodes beyond word identity.",
              probe_curves_chart(df), probe_heatmap_chart(df)]
     if 'selectivity' in set(df['metric']): parts.append(probe_curves_chart(df, 'selectivity'))
-    parts.append(df[df.metric.isin(['accuracy', 'selectivity'])].pivot_table(index=['task', 'metric', 'step'], columns='layer', values='value').round(3))
+    parts.append(df[df.metric.isin(['accuracy', 'selectivity'])].pivot_table(index=['task', 'metric', 'step'], columns='layer', values='value')
+                 .rename(columns=lambda l: f'layer {l}').round(3))
     return parts
 
 PROBES = register(Analysis(

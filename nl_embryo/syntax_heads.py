@@ -21,8 +21,8 @@ from .words import align_words
 
 # %% auto #0
 __all__ = ['SYNTAX_RELATIONS', 'MIN_RELATION_PAIRS', 'MAX_OFFSET', 'SYNTAX_HEADS_VERSION', 'SYNTAX_HEADS', 'syntax_heads_data',
-           'syntax_heads_checkpoint', 'syntax_heads_inputs', 'syntax_heads_phases', 'syntax_heads_chart',
-           'syntax_heads_charts', 'syntax_heads_section']
+           'syntax_heads_checkpoint', 'syntax_heads_inputs', 'syntax_heads_onsets', 'syntax_heads_phases',
+           'syntax_heads_chart', 'syntax_heads_charts', 'syntax_heads_section']
 
 # %% ../nbs/08b_syntax_heads.ipynb #fcb36ddd
 SYNTAX_RELATIONS = ('det', 'nsubj', 'dobj', 'amod', 'prep', 'pobj', 'aux', 'advmod', 'compound', 'poss', 'nummod', 'cc', 'conj', 'mark', 'ccomp', 'xcomp', 'acl', 'relcl', 'neg', 'auxpass', 'nsubjpass', 'attr', 'prt', 'acomp', 'advcl', 'appos', 'case')
@@ -115,12 +115,11 @@ def syntax_heads_inputs(run,                          # the run (a `Run` or its 
     positions = max_positions(run.model_config()) or max_tokens
     return [syntax_heads_data(run.tokenizer(), n_words, seed, max_sentence_words, min(max_tokens, positions))]
 
-def syntax_heads_phases(run,              # a `Run` with a `syntax_heads` table
-                       ) -> list[dict]:  # phase rows, one per relation and direction
+def syntax_heads_onsets(df: pd.DataFrame,  # a `syntax_heads` table (one option set)
+                       ) -> list[dict]:     # phase rows (`timeline.PHASE_COLUMNS`), one per relation and direction
     "Per relation and direction, the first step whose best head's interval clears the best offset's upper end, by at least `MIN_ITEMS` words and `MIN_SHARE` (`clears_baseline`)."
-    if not run.has_table('syntax_heads'): return []
-    d, rows = run.table('syntax_heads').sort_values('step'), []
-    for (rel, direction), g in d.groupby(['relation', 'direction'], sort=True):
+    rows = []
+    for (rel, direction), g in df.sort_values('step').groupby(['relation', 'direction'], sort=True):
         clears = clears_baseline(g['lo'], g['value'], g['baseline'], g['n'], base_hi=g['baseline_hi'])
         step, step_lo = first_clearing(g['step'], clears)
         r = g[g['step'] == (step if step is not None else step_lo)].iloc[0]
@@ -130,22 +129,33 @@ def syntax_heads_phases(run,              # a `Run` with a `syntax_heads` table
                                 f"{int(r['offset']):+d} at {r['baseline']:.3f} (up to {r['baseline_hi']:.3f}); an onset also needs {MIN_ITEMS} words and {MIN_SHARE} above the offset"))
     return rows
 
+def syntax_heads_phases(run,              # a `Run` with a `syntax_heads` table
+                       ) -> list[dict]:  # phase rows, one per relation and direction
+    "The onsets of `syntax_heads_onsets` in `run`'s table, for `Run.phases()`."
+    return syntax_heads_onsets(run.table('syntax_heads')) if run.has_table('syntax_heads') else []
+
 # %% ../nbs/08b_syntax_heads.ipynb #3a9aad79
 def syntax_heads_chart(df: pd.DataFrame,   # the `syntax_heads` table (one option set)
                        direction: str = 'dependent→head',  # which direction to draw
                       ):
-    "Per relation, the best head's accuracy over steps (band: its 95% interval) against the best offset's (dashed, its band pale)."
+    """Per relation, the best head's accuracy over steps (band: its 95% interval) against the best offset's (dashed, its
+    band pale), each relation's onset (`syntax_heads_onsets`) shaded from the checkpoint before it to a rule labelled with its step."""
     import altair as alt
-    from nl_embryo.charts import interval_band, line_legend, step_axis
+    from nl_embryo.charts import interval_band, line_legend, phase_marks, step_axis
     d = df[df['direction'] == direction]
-    x, col = step_axis(d['step']), alt.Color('relation:N', title='relation', legend=line_legend())
+    on = pd.DataFrame([r for r in syntax_heads_onsets(d) if r['step'] is not None], columns=['phase', 'step', 'step_lo'])
+    on['phase'] = on['phase'].str.removeprefix('syntactic head: ').str.removesuffix(f' ({direction})')
+    x, col = step_axis(d['step']), alt.Color('relation:N', title='dependency relation', legend=line_legend())
     band = interval_band(x, color=col, opacity=0.12)
-    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='accuracy'), color=col,
+    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='accuracy (share of word pairs)'), color=col,
                                                      tooltip=['relation', 'step', 'layer', 'head', alt.Tooltip('value:Q', format='.3f'), 'n'])
     base = alt.Chart().mark_line(strokeDash=[4, 3], opacity=0.7).encode(x=x, y='baseline:Q', color=col,
                                                                          tooltip=['relation', 'step', 'offset', alt.Tooltip('baseline:Q', format='.3f')])
-    return alt.layer(band, line, base, data=d).properties(width=420, height=260, title=f"Best head per relation ({direction}) — bands: 95% "
-                                                          "intervals over sentences; dashed: the best fixed offset")
+    sub = ['bands: 95% intervals over sentences; dashed: the best fixed offset (the baseline), in its relation\'s colour']
+    if len(on): sub.append(f"shaded to a labelled rule: the step by which a relation's best head clears the offset's interval (by {MIN_ITEMS} "
+                           f"word pairs and {MIN_SHARE}), after the checkpoint before it")
+    return alt.layer(band, line, base, *phase_marks(x, on), data=d).properties(
+        width=420, height=260, title=alt.TitleParams(f"Best head per relation ({direction})", subtitle=sub))
 
 def syntax_heads_charts(tables: dict,  # `syntax_heads` of one option set
                        ) -> dict:      # {chart name: chart}, one per direction

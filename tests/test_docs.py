@@ -257,9 +257,16 @@ def test_repo_quarto_yml_sidebar():
     site = yaml.safe_load((ROOT/'_quarto.yml').read_text())
     assert site['project']['output-dir'] == '_docs' and site['format']['html']['theme'] == 'cosmo'
     assert site['format']['html']['toc'] and site['website']['navbar']['search']
-    pages = ['index.ipynb', '01_data.ipynb', '00_core.ipynb', 'experiments/e1.ipynb']
+    pages = ['index.ipynb', '01_data.ipynb', '00_core.ipynb', 'experiments/e1.ipynb', '99_new_chapter.ipynb']
     assert resolve_sidebar(site['website']['sidebar']['contents'], pages) == \
-        ['index.ipynb', '00_core.ipynb', '01_data.ipynb', {'section': 'experiments', 'contents': ['experiments/e1.ipynb']}]
+        ['index.ipynb', {'section': 'Pre-training', 'contents': ['01_data.ipynb']}, {'section': 'Experiments', 'contents': ['experiments/e1.ipynb']},
+         {'section': 'Reference', 'contents': ['00_core.ipynb', '99_new_chapter.ipynb']}]    # a chapter not named yet still gets a place
+    # the repository's own pages: each in the sidebar exactly once, grouped, none left out
+    repo = [p.relative_to(ROOT/'nbs').as_posix() for p in (ROOT/'nbs').rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts]
+    nav = resolve_sidebar(site['website']['sidebar']['contents'], repo)
+    placed = [x for e in nav for x in ([e] if isinstance(e, str) else e['contents'])]
+    assert sorted(placed) == sorted(repo) and nav[0] == 'index.ipynb'
+    assert [e['section'] for e in nav[1:]] == ['Tutorials', 'Pre-training', 'Timelines', 'What is learned', 'Interventions', 'Experiments', 'Reference']
 
 
 def test_repo_docs_build(tmp_path):

@@ -27,6 +27,7 @@ PAGES = {  # page -> (its notebook in nbs/, the fewest charts it must draw)
     'probes.html': ('06_probes.ipynb', 3),
     'tutorials/first_embryo.html': ('tutorials/first_embryo.ipynb', 4),
     'tutorials/attention_explorer.html': ('tutorials/attention_explorer.ipynb', 2),
+    'cli_reference.html': ('cli_reference.ipynb', 0),
 }
 
 
@@ -93,7 +94,8 @@ def test_page_loads_everything_from_the_site(site, browser, page):
     assert any(s.endswith('_static/mathjax/tex-chtml.js') for s in scripts) and mathjax, scripts   # MathJax 3, from the site
     assert not any(re.match(r'(https?:)?//', s) for s in scripts), scripts
     _, fewest = PAGES[page]
-    assert sum(found.values()) >= fewest > 0, f"{page} drew {found}, expected at least {fewest} charts"
+    assert sum(found.values()) >= fewest, f"{page} drew {found}, expected at least {fewest} charts"
+    assert not [m for m in console if 'spec uses Vega' in m[1]], console   # each live spec names the Vega the site ships
     assert 'nl_embryo' in title
     assert 'VBox(children=' not in text and 'HBox(children=' not in text   # no widget repr
     # the sidebar's links, relative to this page, lead to pages of the site
@@ -220,3 +222,41 @@ def test_saved_widget_state_renders_from_the_site(tmp_path, browser):
         p.close()
     assert 'width' in text and '7' in text and 'IntSlider(' not in text
     assert blocked == failed == errors == [] and [m for m in console if m[0] == 'error'] == [], (blocked, failed, errors, console)
+
+
+def test_docs_read_like_a_reference(site, browser):
+    """Readable, grouped sidebar titles; signatures without raw markdown and a parameter table under each; a Copy
+    button on code that copies the code; search hits with a snippet; a CLI reference with each command's flags."""
+    p, blocked, failed, errors, _ = _open(browser, (site/'attention.html').as_uri())
+    try:
+        sections = p.eval_on_selector_all('nav.nl-nav .nl-section', 'ss => ss.map(s => s.textContent)')
+        titles = p.eval_on_selector_all('nav.nl-nav li > a', 'as => as.map(a => a.textContent)')
+        raw = p.evaluate('() => [...document.querySelectorAll("main pre")].filter(e => /\\]\\(https?:/.test(e.textContent)).length')
+        entries = p.evaluate('() => document.querySelectorAll("main h3[id]").length')
+        tables = p.evaluate('() => [...document.querySelectorAll("main table")].filter(t => /Details/.test(t.querySelector("thead")?.textContent || "")).length')
+        linked = p.evaluate('() => [...document.querySelectorAll("main table td a code")].length')
+        # the Copy button copies the code, whichever clipboard path the browser takes
+        p.evaluate("""() => { window.__copied = null;
+            if (navigator.clipboard) navigator.clipboard.writeText = t => { window.__copied = t; return Promise.resolve(); };
+            document.execCommand = () => { window.__copied = document.activeElement.value; return true; }; }""")
+        pre = p.locator('main div.highlight pre').first
+        code = pre.evaluate('e => [...e.childNodes].filter(n => !(n.matches && n.matches("button"))).map(n => n.textContent).join("")')
+        n_pre, n_buttons = p.locator('main div.highlight pre').count(), p.locator('main div.highlight pre button.nl-copy').count()
+        pre.hover(); pre.locator('button.nl-copy').click()
+        p.wait_for_function('() => window.__copied !== null', timeout=5_000)
+        copied, label = p.evaluate('() => window.__copied'), pre.locator('button.nl-copy').text_content()
+        p.fill('input.nl-search', 'checkpoint timeline')
+        p.wait_for_selector('ul.nl-results .nl-snippet mark', timeout=5_000)
+        snippets = p.eval_on_selector_all('ul.nl-results .nl-snippet', 'ss => ss.map(s => s.textContent)')
+    finally:
+        p.close()
+    assert {'Tutorials', 'What is learned'} <= set(sections), sections
+    assert 'Attention heads' in titles and not [t for t in titles[1:] if re.fullmatch(r'[a-z_]+', t)], titles   # titles, not file names (after the site's own)
+    assert raw == 0 and entries >= 10 and tables >= 0.8 * entries and linked >= 5, (raw, entries, tables, linked)
+    assert n_buttons == n_pre > 10 and copied == code.rstrip('\n') and 'Copy' not in copied[-6:] and label == 'Copied'
+    assert len(snippets) >= 3 and any('checkpoint' in s.lower() for s in snippets)
+    assert blocked == failed == errors == []
+    cli = (site/'cli_reference.html').read_text(encoding='utf-8')
+    for cmd in ('nl-embryo pretrain', 'nl-embryo analyze', 'nl-embryo data fetch', 'nl-embryo tensorboard'):
+        assert re.search(rf'<h2 id="[^"]+"[^>]*>{cmd}', cli), cmd
+    assert '<code>--report-to REPORT_TO</code>' in cli and 'nl-embryo data fetch sentiment bbc-news' in re.sub(r'<[^>]+>', '', cli)
