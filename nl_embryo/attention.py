@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from .registry import Analysis, analysis_tables, analyze, register, run_labels
 from .catalog import CATALOG
-from .charts import chart_img, chart_png, chart_svg, compact_png, interval_band, line_legend, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
+from .charts import VEGA_MIME, vega_mimebundle, chart_img, chart_png, chart_svg, compact_png, interval_band, line_legend, phase_marks, phase_rows, save_chart, step_axis, step_marks, step_slider   # (save_chart & co: also importable from here, as before)
 from .core import NlEmbryoError, atomic_write_bytes
 from .models import is_causal, is_pair, max_positions, set_attention, SizePreset, build_model
 from .objectives import CLS_ID, N_SPECIAL
@@ -25,16 +25,16 @@ from .splits import eval_sentences
 
 # %% auto #0
 __all__ = ['PATTERNS', 'CAUSAL_PATTERNS', 'HEAD_CLASSES', 'HEAD_CLASS_THRESHOLD', 'INDUCTION_OPTIONS', 'SCORE_COLUMNS',
-           'MAP_COLUMNS', 'PATTERN_TITLES', 'MEAN_PATTERNS', 'attention_checkpoint', 'CAUSAL_PHASES', 'ATTENTION',
-           'default_sentences', 'as_sentences', 'eager_attention', 'token_classes', 'attention_batches',
-           'AttentionStats', 'classify_heads', 'repeat_targets', 'repeat_chance', 'repeat_scores', 'repeat_batch',
-           'induction_scores', 'induction_rows', 'attention_tables', 'split_tables', 'attention_scores',
-           'attention_maps', 'maps_array', 'shifted_attention_model', 'attention_grid_chart', 'head_timeline_chart',
-           'attention_map_chart', 'pattern_scores_chart', 'head_scores_chart', 'causal_scores_chart',
+           'MAP_COLUMNS', 'CAUSAL_PHASES', 'PHASE_PATTERNS', 'ONSET_ROWS', 'PHASE_NOTE', 'PATTERN_TITLES',
+           'MEAN_PATTERNS', 'attention_checkpoint', 'ATTENTION', 'default_sentences', 'as_sentences', 'eager_attention',
+           'token_classes', 'attention_batches', 'AttentionStats', 'classify_heads', 'repeat_targets', 'repeat_chance',
+           'repeat_scores', 'repeat_batch', 'induction_scores', 'induction_rows', 'attention_tables', 'split_tables',
+           'attention_scores', 'attention_maps', 'maps_array', 'shifted_attention_model', 'causal_head_phases',
+           'score_phases', 'attention_phases', 'attention_grid_chart', 'head_timeline_chart', 'attention_map_chart',
+           'compare_steps_chart', 'pattern_scores_chart', 'head_scores_chart', 'causal_scores_chart',
            'best_causal_heads', 'pattern_emergence', 'grid_image', 'attention_gif', 'strongest_head', 'attention_data',
-           'attention_split', 'attention_charts', 'attention_files', 'attention_section', 'causal_head_phases',
-           'attention_phases', 'load_attention', 'AttentionExplorer', 'step_slider_chart', 'sentence_attention',
-           'to_bertviz']
+           'attention_split', 'attention_charts', 'attention_files', 'attention_section', 'load_attention',
+           'AttentionExplorer', 'step_slider_chart', 'sentence_attention', 'to_bertviz']
 
 # %% ../nbs/08_attention.ipynb #1285aee5
 from fastcore.basics import patch
@@ -489,15 +489,76 @@ def shifted_attention_model(offset: int = -1,         # where every head looks, 
     set_attention(model, 'eager')
     return model.eval()
 
+# %% ../nbs/08_attention.ipynb #4cf13f35
+CAUSAL_PHASES = {'induction': 'induction-head onset', 'prev_random': 'previous-token-head onset (random tokens)'}   # phase names of `causal_head_phases`
+
+def causal_head_phases(scores: pd.DataFrame,      # an attention scores table with `step` (a causal run's has `induction` and `prev_random` rows)
+                       over_chance: float = 2.0,  # the bar: this many times the score's chance level (`repeat_chance`)
+                      ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`); none without causal scores
+    "When some head's induction (previous-token) score on repeated random tokens first had its 95% interval's lower end at `over_chance` × its chance level or above."
+    rows = []
+    for pattern, name in CAUSAL_PHASES.items():
+        d = scores[scores['pattern'] == pattern]
+        if d.empty: continue
+        best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
+        clears = best['lo'] >= over_chance * best['chance']
+        step, step_lo = first_clearing(best['step'], clears)
+        r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
+        rows.append(dict(phase=name, step=step, step_lo=step_lo, **clearing_hold(best['step'], clears, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
+                         reference=over_chance * float(r['chance']), source='attention',
+                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}: score {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
+                                f"bar {over_chance:g} x chance {r['chance']:.3f}" + ('' if step is not None else f": not yet by step {step_lo}")))
+    return rows
+
+# %% ../nbs/08_attention.ipynb #df7f3ddb
+def score_phases(scores: pd.DataFrame,      # an attention scores table with `step`, `lo` and `hi` (all heads, or some: the onsets of those)
+                 threshold: float = HEAD_CLASS_THRESHOLD,  # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head: the head classes' bar
+                 over_chance: float = 2.0,  # causal scores: the bar of `causal_head_phases`, this many times the chance level
+                ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`); none without intervals
+    "The onsets a scores table yields: the heads' mean attention entropy dropped, the first previous- and next-token heads appeared (intervals clearing their bars), and with causal scores the induction- and previous-token-head onsets (`causal_head_phases`)."
+    if scores is None or scores.empty or 'step' not in scores or not {'lo', 'hi'} <= set(scores) or scores['lo'].isna().all(): return []
+    rows, causal = [], (scores['pattern'] == 'induction').any()
+    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')[['value', 'lo', 'hi']].mean().sort_index()
+    if len(ent) > 1:
+        bar = 0.9 * ent['value'].iloc[0]
+        step, step_lo = first_clearing(ent.index, ent['hi'] <= bar)
+        r = ent.loc[step if step is not None else step_lo]
+        rows.append(dict(phase='attention entropy dropped', step=step, step_lo=step_lo, **clearing_hold(ent.index, ent['hi'] <= bar, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
+                         reference=float(ent['value'].iloc[0]), source='attention',
+                         detail=f"mean normalised entropy of the heads, its interval below 90% of the step-{int(ent.index[0])} value ({bar:.3f})"
+                                + ('' if step is not None else ': not yet')))
+    for pattern, name in [('prev', 'first previous-token head')] + ([] if causal else [('next', 'first next-token head')]):   # causal: no head sees the next token
+        d = scores[scores['pattern'] == pattern]
+        if d.empty: continue
+        best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
+        step, step_lo = first_clearing(best['step'], best['lo'] >= threshold)
+        r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
+        rows.append(dict(phase=name, step=step, step_lo=step_lo, **clearing_hold(best['step'], best['lo'] >= threshold, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=threshold,
+                         source='attention', detail=f"layer {int(r['layer'])}, head {int(r['head'])}" + (
+                             f": share {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if step is not None else f": best share {r['value']:.2f} at the last step")))
+    return rows + causal_head_phases(scores, over_chance)
+
+def attention_phases(run,                       # a `Run` with an attention table
+                     threshold: float = HEAD_CLASS_THRESHOLD,  # the bar of the previous- (next-) token heads (`score_phases`)
+                     over_chance: float = 2.0,  # causal runs: the bar of `causal_head_phases`, this many times the chance level
+                    ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
+    "The run's attention onsets: `score_phases` of its attention table (none without one)."
+    return score_phases(run.table('attention') if run.has_table('attention') else None, threshold, over_chance)
+
 # %% ../nbs/08_attention.ipynb #60ab9169
 def _data(df: pd.DataFrame) -> dict:
     "Inline data for a chart (a plain dict: Altair would validate an `InlineData` row by row, slowly)."
     return {'values': json.loads(df.to_json(orient='records', double_precision=5))}
 
+def _csv_data(df: pd.DataFrame) -> dict:
+    "Inline data as one CSV string (numbers parsed as numbers): a saved notebook holds it on one line, not a line per field."
+    num = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
+    return {'values': df.to_csv(index=False, lineterminator='\n', float_format='%.5g'), 'format': {'type': 'csv', 'parse': dict.fromkeys(num, 'number')}}
+
 # %% ../nbs/08_attention.ipynb #039a0838
-def _map_color(title='attention'):
+def _map_color(title='attention weight', field='value'):
     import altair as alt
-    return alt.Color('value:Q', scale=alt.Scale(type='sqrt', domain=[0, 1], scheme='blues'), title=title)
+    return alt.Color(f'{field}:Q', scale=alt.Scale(type='sqrt', domain=[0, 1], scheme='blues'), title=title)
 
 # %% ../nbs/08_attention.ipynb #1e75f9cc
 def _select_step(df: pd.DataFrame, step):
@@ -508,25 +569,42 @@ def _select_step(df: pd.DataFrame, step):
     return df[df['step'] == step], step
 
 # %% ../nbs/08_attention.ipynb #aefe1215
+def _class_names(scores: pd.DataFrame | None, step) -> dict:
+    "{(layer, head): class} at `step` (previous-token, next-token, vertical, self, induction, mixed): the stored `head_class` (`classify_heads`, `HEAD_CLASS_THRESHOLD`), else classified here."
+    if scores is None or scores.empty: return {}
+    d = scores[scores['step'] == step] if 'step' in scores and step is not None else scores
+    if d.empty: return {}
+    c = d if 'head_class' in d else d.merge(classify_heads(d), on=[k for k in ('step', 'layer', 'head') if k in d])
+    c = c.drop_duplicates(['layer', 'head'])
+    side = c['diagonal_side'].fillna('') if 'diagonal_side' in c else pd.Series('', index=c.index)
+    name = np.where((c['head_class'] == 'diagonal') & side.isin(['previous', 'next']), side + '-token', c['head_class'])
+    return {(int(l), int(h)): str(n) for l, h, n in zip(c['layer'], c['head'], name)}
+
 def attention_grid_chart(maps: pd.DataFrame,        # a maps table (`split_tables`, `load_attention`)
                          step=None,                 # the step to show (None: the last)
                          sentence: int = -1,        # -1: the average maps; 0, 1, ...: an example sentence's
                          size: int = 72,            # the width and height of each map (pixels)
                          title: str | None = None,  # the chart's title (None: one naming the maps and the step)
+                         scores: pd.DataFrame | None = None,  # the scores table: each cell's label adds the head's class at the step (None: no classes)
                         ):
-    "The layers × heads grid of attention maps at one `step` (None: the last): the average map (`sentence=-1`) or one example sentence's."
+    """The layers × heads grid of attention maps at one `step` (None: the last): the average map (`sentence=-1`) or one
+    example sentence's. Each cell is labelled `L1 H3` (layer 1, head 3) and, given `scores`, with the head's class at
+    that step (`previous-token`, `next-token`, `vertical`, `self`, `induction` or `mixed`: `classify_heads` at `HEAD_CLASS_THRESHOLD`)."""
     import altair as alt
     d, step = _select_step(maps, step)
     d = d[d['sentence'] == sentence][['layer', 'head', 'query', 'key', 'value']]
     if d.empty: raise NlEmbryoError(f"no maps for sentence {sentence} at step {step}", "use sentence=-1 (the average) or an example index the maps hold")
+    L, H, classes = int(d['layer'].max()), int(d['head'].max()), _class_names(scores, step)
+    labels = [[f'L{l} H{h}'] + ([classes[(l, h)]] if (l, h) in classes else []) for l in range(1, L + 1) for h in range(1, H + 1)]
     what = 'average attention map' if sentence < 0 else f'attention of sentence {sentence}'
     return alt.Chart(_data(d)).mark_rect().encode(
         x=alt.X('key:O', axis=None), y=alt.Y('query:O', axis=None), color=_map_color(),
-        tooltip=['layer:O', 'head:O', 'query:O', 'key:O', alt.Tooltip('value:Q', format='.3f')]
+        tooltip=['layer:O', 'head:O', alt.Tooltip('query:O', title='query position'), alt.Tooltip('key:O', title='key position'),
+                 alt.Tooltip('value:Q', format='.3f', title='weight')]
     ).properties(width=size, height=size).facet(
-        row=alt.Row('layer:O', header=alt.Header(labelExpr="'layer ' + datum.value", labelAngle=0, title=None)),
-        column=alt.Column('head:O', header=alt.Header(labelExpr="'head ' + datum.value", title=None)),
-        spacing=6).properties(title=title or f"{what} per head{'' if step is None else f', step {step}'}")
+        facet=alt.Facet('cell:O', title=None, header=alt.Header(labelExpr=f"{json.dumps(labels)}[datum.value]", labelFontSize=10, labelPadding=2)),
+        columns=H, spacing=8).transform_calculate(cell=f'(datum.layer - 1) * {H} + datum.head - 1').properties(
+        title=title or f"{what} per head{'' if step is None else f', step {step}'}")
 
 # %% ../nbs/08_attention.ipynb #d5608f9e
 def head_timeline_chart(maps: pd.DataFrame,        # a maps table with a `step` column
@@ -551,6 +629,15 @@ def head_timeline_chart(maps: pd.DataFrame,        # a maps table with a `step` 
         columns=columns, spacing=6).properties(title=title or f"layer {layer}, head {head} across steps")
 
 # %% ../nbs/08_attention.ipynb #89d30277
+def _map_labels(d: pd.DataFrame) -> pd.DataFrame:
+    "`q` and `k`, the axis labels of a map's rows: position and token ('3 the') where the rows hold tokens, else the position ('3')."
+    out = {}
+    for side in ('query', 'key'):
+        tok = d[f'{side}_token'] if f'{side}_token' in d else pd.Series(np.nan, index=d.index)
+        pos = d[side].astype(int).astype(str)
+        out[side[0]] = np.where(tok.notna(), pos + ' ' + tok.astype(str), pos)
+    return d.assign(**out)
+
 def attention_map_chart(maps: pd.DataFrame,        # a maps table (`split_tables`, `load_attention`)
                         layer: int,                # the head's layer (from 1)
                         head: int,                 # the head (from 1)
@@ -559,25 +646,93 @@ def attention_map_chart(maps: pd.DataFrame,        # a maps table (`split_tables
                         size: int = 260,           # the map's width and height (pixels)
                         title: str | None = None,  # the chart's title (None: one naming the head, step and sentence)
                        ):
-    "One head's map at one step, with the tokens on the axes when it is a sentence's map."
+    """One head's map at one step, interactive: query tokens down (y), key tokens across (x), each labelled by its
+    position and token ('3 the'); hovering a cell shows the query and key tokens, the weight (3 decimals), the layer,
+    head and step. An example sentence's map (`sentence` ≥ 0) has tokens; the average map (`sentence=-1`) averages
+    sentences aligned by position, so it has none: its axes and tooltips show positions (0 is [CLS])."""
     import altair as alt
     d, step = _select_step(maps, step)
-    d = d[(d['layer'] == layer) & (d['head'] == head) & (d['sentence'] == sentence)].copy()
+    d = d[(d['layer'] == layer) & (d['head'] == head) & (d['sentence'] == sentence)]
     if d.empty: raise NlEmbryoError(f"no map for layer {layer}, head {head}, sentence {sentence} at step {step}", "choose values the maps frame holds")
-    if sentence >= 0:
-        d['q'] = d['query'].astype(str).str.zfill(3) + ' ' + d['query_token'].astype(str)
-        d['k'] = d['key'].astype(str).str.zfill(3) + ' ' + d['key_token'].astype(str)
-        lab = "slice(datum.value, 4)"
-    else:
-        d['q'], d['k'] = d['query'].astype(str).str.zfill(3), d['key'].astype(str).str.zfill(3)
-        every = 1 if d['query'].max() < 16 else 5                                  # position labels: every 5th on a long map
-        lab = f"toNumber(datum.value) % {every} == 0 ? toNumber(datum.value) : ''"
-    return alt.Chart(_data(d[['q', 'k', 'value']])).mark_rect().encode(
-        x=alt.X('k:O', title='key', axis=alt.Axis(labelExpr=lab, labelAngle=-90 if sentence >= 0 else 0)),
-        y=alt.Y('q:O', title='query', axis=alt.Axis(labelExpr=lab)), color=_map_color(),
-        tooltip=[alt.Tooltip('q:O', title='query'), alt.Tooltip('k:O', title='key'), alt.Tooltip('value:Q', format='.3f')]
-    ).properties(width=size, height=size, title=title or f"layer {layer}, head {head}{'' if step is None else f', step {step}'}"
-                 f" — {'average over sentences' if sentence < 0 else f'sentence {sentence}'}")
+    d = _map_labels(d.sort_values(['query', 'key']))
+    order = lambda side: list(dict.fromkeys(d.sort_values(side)[side[0]]))    # the labels in position order
+    what = 'token' if sentence >= 0 else 'position'
+    tip = [alt.Tooltip('q:N', title=f'query {what}'), alt.Tooltip('k:N', title=f'key {what}'), alt.Tooltip('value:Q', format='.3f', title='weight'),
+           alt.Tooltip('layer:O', title='layer'), alt.Tooltip('head:O', title='head')] + ([] if step is None else [alt.Tooltip('step:O', title='step')])
+    lab = "toNumber(datum.label) % 5 == 0 ? datum.label : ''" if sentence < 0 and len(order('query')) > 16 else 'datum.label'   # long average maps: every 5th position
+    chart = alt.Chart(_csv_data(d[['q', 'k', 'value']])).mark_rect().encode(
+        x=alt.X('k:N', sort=order('key'), title=f'key {what} (attended to)', axis=alt.Axis(labelAngle=-90 if sentence >= 0 else 0, labelExpr=lab, labelLimit=90)),
+        y=alt.Y('q:N', sort=order('query'), title=f'query {what} (attending)', axis=alt.Axis(labelExpr=lab, labelLimit=90)),
+        color=_map_color(), tooltip=tip)
+    chart = chart.transform_calculate(layer=str(layer), head=str(head), **({} if step is None else {'step': str(step)}))
+    return chart.properties(width=size, height=size, title=title or f"layer {layer}, head {head}{'' if step is None else f', step {step}'}"
+                            f" — {'average over sentences' if sentence < 0 else f'sentence {sentence}'}")
+
+# %% ../nbs/08_attention.ipynb #c0a1b2c4
+def compare_steps_chart(maps: pd.DataFrame,        # a maps table with a `step` column
+                        step_a,                    # the earlier step (left)
+                        step_b,                    # the later step (middle); the right panel is step_b − step_a
+                        layer: int | None = None,  # the head's layer (from 1); None: the layer of the head that changed most
+                        head: int | None = None,   # the head (from 1); None: the head (of `layer`, if given) whose map changed most
+                        sentence: int = -1,        # -1: the average map (positions); 0, 1, ...: an example sentence's (its tokens)
+                        size: int = 220,           # each panel's width and height (pixels)
+                       ):
+    """One head's map at `step_a` and at `step_b` side by side (the maps' blue scale), and their difference
+    (`step_b` − `step_a`, a diverging scale centred at 0: blue where `step_b` attends more, red where less), each panel
+    titled with its step. Axes and tooltips as in `attention_map_chart`. A step the table does not hold is refused."""
+    import altair as alt
+    a, step_a = _select_step(maps, step_a); b, step_b = _select_step(maps, step_b)
+    keys = ['layer', 'head', 'query', 'key']
+    both = a[a['sentence'] == sentence].merge(b[b['sentence'] == sentence][keys + ['value']], on=keys, suffixes=('_a', '_b'))
+    if both.empty: raise NlEmbryoError(f"no maps for sentence {sentence} at steps {step_a} and {step_b}", "use sentence=-1 (the average) or an example index the maps hold")
+    both['diff'] = both['value_b'] - both['value_a']
+    if head is None:                                                       # the head whose map moved most (of `layer`, if given)
+        moved = both[both['layer'] == layer] if layer is not None else both
+        if moved.empty: raise NlEmbryoError(f"no maps for layer {layer}", "choose a layer the maps hold (numbered from 1)")
+        layer, head = (int(x) for x in moved.groupby(['layer', 'head'])['diff'].apply(lambda v: v.abs().sum()).idxmax())
+    d = both[(both['layer'] == layer) & (both['head'] == head)] if layer is not None else both.iloc[:0]
+    if d.empty: raise NlEmbryoError(f"no maps for layer {layer}, head {head}", "choose a layer and head the maps hold (numbered from 1)")
+    d = _map_labels(d.sort_values(['query', 'key']))
+    what = 'token' if sentence >= 0 else 'position'
+    order = lambda side: list(dict.fromkeys(d.sort_values(side)[side[0]]))
+    x = alt.X('k:N', sort=order('key'), title=f'key {what}', axis=alt.Axis(labelAngle=-90, labelLimit=90))
+    y = alt.Y('q:N', sort=order('query'), title=f'query {what}', axis=alt.Axis(labelLimit=90))
+    tip = [alt.Tooltip('q:N', title=f'query {what}'), alt.Tooltip('k:N', title=f'key {what}'), alt.Tooltip('value_a:Q', format='.3f', title=f'weight at step {step_a}'),
+           alt.Tooltip('value_b:Q', format='.3f', title=f'weight at step {step_b}'), alt.Tooltip('diff:Q', format='+.3f', title='change')]
+    base = alt.Chart().mark_rect().properties(width=size, height=size)
+    m = max(float(d['diff'].abs().max()), 1e-3)
+    diverging = alt.Color('diff:Q', scale=alt.Scale(scheme='redblue', domain=[-m, m], domainMid=0),
+                          title=[f'step {step_b} minus step {step_a}', 'blue: attends more', 'red: attends less'])
+    panels = [base.encode(x=x, y=y, color=_map_color(field=f'value_{s}'), tooltip=tip).properties(title=f'step {st}')
+              for s, st in (('a', step_a), ('b', step_b))]
+    what_map = 'average over sentences' if sentence < 0 else f'sentence {sentence}'
+    return alt.hconcat(alt.hconcat(*panels).resolve_scale(color='shared'),                # the difference computed in the chart: a lighter spec
+                       base.encode(x=x, y=y, color=diverging, tooltip=tip).properties(title=f'step {step_b} − step {step_a}'),
+                       data=_csv_data(d[['q', 'k', 'value_a', 'value_b']].round(4))).transform_calculate(diff='datum.value_b - datum.value_a').resolve_scale(color='independent').properties(
+        title=f"layer {layer}, head {head}: step {step_a} against step {step_b} ({what_map})")
+
+# %% ../nbs/08_attention.ipynb #c0a1b2c7
+PHASE_PATTERNS = {'attention entropy dropped': 'entropy_norm', 'first previous-token head': 'prev', 'first next-token head': 'next',
+                  **{name: p for p, name in CAUSAL_PHASES.items()}}   # the pattern each onset of `score_phases` is read from
+ONSET_ROWS = 'isValid(datum.phase_label)'   # the onsets' rows of a chart's data (`phase_rows`), not its scores
+PHASE_NOTE = 'shaded: between the last checkpoint before an onset and the first at which it holds'
+
+def _phase_rows(scores: pd.DataFrame, phases) -> pd.DataFrame:
+    "The onsets to mark: `score_phases(scores)` when `phases` is True, none when None or False, else the rows given."
+    if phases is True: phases = score_phases(scores)
+    ph = pd.DataFrame([] if phases is None or phases is False else phases)
+    return ph[ph['step'].notna()] if len(ph) else pd.DataFrame(columns=['phase', 'step', 'step_lo'])
+
+def _facet_phase_marks(x, phases: pd.DataFrame, titles: dict) -> tuple[pd.DataFrame, list]:
+    "`phase_marks` on a chart faceted by `pattern`: the onsets' rows (`phase_rows`, to merge into the chart's data), each in the panel of its pattern (`titles`: pattern -> panel title), and the marks that draw them there."
+    import altair as alt
+    ph = phases[phases['phase'].map(PHASE_PATTERNS).isin(list(titles))] if len(phases) else phases
+    if not len(ph): return pd.DataFrame(), []
+    rows = phase_rows(ph.assign(pattern=ph['phase'].map(PHASE_PATTERNS).map(titles)), groupby=['pattern'])
+    marks = phase_marks(x, where=ONSET_ROWS)
+    for m in marks:                                  # x2: a typed field, so that Altair infers nothing from the chart's data (a plain dict)
+        if m.encoding.x2 is not alt.Undefined: m.encoding.x2 = alt.X2(field='step')
+    return rows[['pattern', 'phase', 'step', 'step_lo', 'phase_label', 'phase_y']], marks
 
 # %% ../nbs/08_attention.ipynb #f4282290
 PATTERN_TITLES = {'self': 'self (diagonal)', 'prev': 'previous token', 'next': 'next token', 'cls': '[CLS]', 'sep': '[SEP]',
@@ -590,12 +745,14 @@ def pattern_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` c
                          agg: str | None = 'max',   # per layer: 'max' its strongest head (with its interval; entropies: the mean over heads), 'mean' (or another pandas aggregation) over its heads, None every head
                          columns: int = 4,          # facets per row
                          title: str | None = None,  # the chart's title (None: one that says what `agg` shows)
+                         phases=True,               # onsets to mark (`phase_marks`): True those the scores yield (`score_phases`), None none, or phase rows
                         ):
     """Pattern scores over steps (the shared step axis), one line per layer: its head with the `max` score (and that
     head's 95% interval as a band; for the entropies, `MEAN_PATTERNS`, the mean over the layer's heads and the mean of
     their intervals, the quantity the attention phases read), the `mean` over its heads, or every head (`agg=None`).
     The step-0 model is every line's baseline. Live in a notebook: tooltips, a click on the legend picks a layer, and
-    a step slider marks a checkpoint with each line's score there."""
+    a step slider marks a checkpoint with each line's score there. The onsets the scores yield (`score_phases`) are
+    marked in their panels: the entropy drop, the first previous- and next-token heads."""
     import altair as alt
     d = scores[scores['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for patterns {list(patterns)}", f"choose among: {', '.join(PATTERNS)}")
@@ -609,22 +766,26 @@ def pattern_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` c
     elif agg: d = d.groupby(keys, as_index=False)['value'].agg(agg).assign(lo=np.nan, hi=np.nan)
     else: d = d[keys + ['head', 'value', 'lo', 'hi']]
     d = d.assign(pattern=d['pattern'].map(titles))
-    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'), legend=line_legend())
+    x = step_axis(d['step'])
+    onsets, marks = _facet_phase_marks(x, _phase_rows(scores, phases), {p: titles[p] for p in patterns if p in titles})
+    score = f'!({ONSET_ROWS})'                                           # the score rows, not the onsets' rows
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis'), legend=line_legend())
     enc = dict(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=color,
                tooltip=['step:Q', 'layer:O', 'pattern:N'] + ([] if agg and agg != 'max' else ['head:O']) +
                        [alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('hi:Q', format='.3f')])
     if not agg: enc['detail'] = 'head:N'
     order = [titles[p] for p in patterns]
     pick = alt.selection_point(fields=['layer'], bind='legend', name='pick_layer')
-    line = alt.Chart().mark_line(point=bool(agg)).encode(
+    line = alt.Chart().transform_filter(score).mark_line(point=bool(agg)).encode(
         **enc, opacity=alt.condition(pick, alt.value(1 if agg else 0.6), alt.value(0.1))).add_params(pick)
     slider, at = step_slider(d['step'])
-    layers = ([interval_band(x, color=color, opacity=0.15), line] if agg == 'max' else [line]) + step_marks(
-        x, at, y=enc['y'], color=color, tooltip=enc['tooltip'], groupby=['pattern'], steps=d['step'])
+    layers = ([interval_band(x, color=color, opacity=0.15).transform_filter(score), line] if agg == 'max' else [line]) + step_marks(
+        x, at, y=enc['y'], color=color, tooltip=enc['tooltip'], groupby=['pattern'], steps=d['step'], where=score) + marks
     what = ('the strongest head of each layer, 95% band; entropy: the mean over its heads' if agg == 'max' else agg + ' over heads' if agg else 'every head')
-    return alt.layer(*layers, data=_data(d)).properties(width=230, height=130).facet(
+    name = title or f"head pattern scores over steps ({what})"
+    return alt.layer(*layers, data=_data(pd.concat([d, onsets], ignore_index=True))).properties(width=230, height=130).facet(
         facet=alt.Facet('pattern:N', sort=order, title=None), columns=columns).resolve_scale(y='independent').add_params(slider).properties(
-        title=title or f"head pattern scores over steps ({what})")
+        title=alt.TitleParams(name, subtitle=[PHASE_NOTE]) if marks else name)
 
 # %% ../nbs/08_attention.ipynb #8583e2d6
 def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` column
@@ -633,42 +794,53 @@ def head_scores_chart(scores: pd.DataFrame,  # a scores table with a `step` colu
                       step=None,             # the step to mark with a rule (None: no rule)
                       patterns=None,         # the patterns to draw, a line each (None: self, prev, next, cls, sep, punct, entropy_norm, and the causal scores the frame has)
                       title: str | None = None,  # the chart's title (None: one naming the head)
+                      phases=True,           # onsets to mark (`phase_marks`): True this head's own (`score_phases` of its rows), None none, or phase rows
                      ):
-    "One head's pattern scores over steps, with a rule at `step`."
+    "One head's pattern scores over steps, with a rule at `step`, and the onsets this head's scores yield (`score_phases` of its rows: when it became a previous- or next-token head, when its entropy dropped) of the patterns drawn."
     import altair as alt
     if patterns is None: patterns = ('self', 'prev', 'next', 'cls', 'sep', 'punct', 'entropy_norm') + tuple(p for p in CAUSAL_PATTERNS if (scores['pattern'] == p).any())
-    d = scores[(scores['layer'] == layer) & (scores['head'] == head) & scores['pattern'].isin(patterns)]
+    own = scores[(scores['layer'] == layer) & (scores['head'] == head)]
+    d = own[own['pattern'].isin(patterns)]
     if d.empty: raise NlEmbryoError(f"no scores for layer {layer}, head {head}", "choose a layer and head the scores hold (numbered from 1)")
     d = d.assign(pattern=d['pattern'].map(PATTERN_TITLES))[['step', 'pattern', 'value']]
     x = step_axis(d['step'])
     lines = alt.Chart(_data(d)).mark_line(point=True).encode(
-        x=x, y=alt.Y('value:Q', title='score', scale=alt.Scale(domain=[0, 1])),
+        x=x, y=alt.Y('value:Q', title='score (share of attention; entropy / log n)', scale=alt.Scale(domain=[0, 1])),
         color=alt.Color('pattern:N', sort=[PATTERN_TITLES[p] for p in patterns], title=None, legend=line_legend()),
         tooltip=['step:Q', 'pattern:N', alt.Tooltip('value:Q', format='.3f')])
     layers = [lines]
     if step is not None: layers.append(alt.Chart(_data(pd.DataFrame({'step': [step]}))).mark_rule(color='black', strokeDash=[4, 3]).encode(x=x))
-    return alt.layer(*layers).properties(width=300, height=200, title=title or f"layer {layer}, head {head}: pattern scores")
+    ph = _phase_rows(own, phases)
+    marks = phase_marks(x, ph[ph['phase'].map(PHASE_PATTERNS).isin(patterns)]) if len(ph) else []
+    name = title or f"layer {layer}, head {head}: pattern scores"
+    return alt.layer(*layers, *marks).properties(width=300, height=200, title=alt.TitleParams(name, subtitle=[PHASE_NOTE]) if marks else name)
 
 # %% ../nbs/08_attention.ipynb #96cec4d4
 def causal_scores_chart(scores: pd.DataFrame,      # a causal run's scores table with `step` (`induction` and `prev_random` rows)
                         over_chance: float = 2.0,  # the dashed rule: this many times the chance level (the bar of `causal_head_phases`)
                         title: str | None = None,  # the chart's title (None: one that says what is drawn)
+                        phases=True,               # onsets to mark (`phase_marks`): True those the scores yield (`causal_head_phases`), None none, or phase rows
                        ):
-    "Induction and previous-token scores (on repeated random tokens) over steps: per layer its strongest head with a 95% band; dotted: the chance level, dashed: `over_chance` × chance."
+    "Induction and previous-token scores (on repeated random tokens) over steps: per layer its strongest head with a 95% band; dotted: the chance level, dashed: `over_chance` × chance; the induction- and previous-token-head onsets (`causal_head_phases`) in their panels."
     import altair as alt
     d = scores[scores['pattern'].isin(CAUSAL_PATTERNS)]
     if d.empty: raise NlEmbryoError("the scores table has no induction or previous-token scores", "use the attention table of a causal run (is_causal)")
     keys = ['step', 'layer', 'pattern']
     d = d.loc[d.groupby(keys)['value'].idxmax(), keys + ['head', 'value', 'lo', 'hi', 'chance']]
     d = d.assign(bar=over_chance * d['chance'], pattern=d['pattern'].map(PATTERN_TITLES))
-    x, color = step_axis(d['step']), alt.Color('layer:O', scale=alt.Scale(scheme='viridis'), legend=line_legend())
+    x = step_axis(d['step'])
+    onsets, marks = _facet_phase_marks(x, _phase_rows(scores, causal_head_phases(scores, over_chance) if phases is True else phases),
+                                       {p: PATTERN_TITLES[p] for p in CAUSAL_PATTERNS})
+    score = f'!({ONSET_ROWS})'
+    color = alt.Color('layer:O', scale=alt.Scale(scheme='viridis'), legend=line_legend())
     tip = ['step:Q', 'layer:O', 'head:O'] + [alt.Tooltip(f'{c}:Q', format='.3f') for c in ('value', 'lo', 'hi', 'chance')]
-    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=color, tooltip=tip)
-    rule = lambda c, dash: alt.Chart().mark_rule(color='gray', strokeDash=dash).encode(y=alt.Y(f'mean({c}):Q', title=None))
-    return alt.layer(interval_band(x, color=color, opacity=0.15), line, rule('chance', [1, 2]), rule('bar', [5, 3]), data=_data(d)).properties(
+    line = alt.Chart().transform_filter(score).mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title=None, scale=alt.Scale(zero=False)), color=color, tooltip=tip)
+    rule = lambda c, dash: alt.Chart().transform_filter(score).mark_rule(color='gray', strokeDash=dash).encode(y=alt.Y(f'mean({c}):Q', title=None))
+    return alt.layer(interval_band(x, color=color, opacity=0.15).transform_filter(score), line, rule('chance', [1, 2]), rule('bar', [5, 3]), *marks,
+                     data=_data(pd.concat([d, onsets], ignore_index=True))).properties(
         width=260, height=150).facet(facet=alt.Facet('pattern:N', sort=[PATTERN_TITLES[p] for p in CAUSAL_PATTERNS], title=None), columns=2
-        ).resolve_scale(y='independent').properties(title=title or "induction and previous-token scores on repeated random tokens "
-                                                     f"(strongest head of each layer, 95% band; dotted: chance, dashed: {over_chance:g} x chance)")
+        ).resolve_scale(y='independent').properties(title=alt.TitleParams(title or "induction and previous-token scores on repeated random tokens "
+                                                     f"(strongest head of each layer, 95% band; dotted: chance, dashed: {over_chance:g} x chance)", subtitle=[PHASE_NOTE] if marks else []))
 
 # %% ../nbs/08_attention.ipynb #954504b7
 def best_causal_heads(scores: pd.DataFrame,  # a causal run's scores table (with or without `step`)
@@ -778,7 +950,7 @@ def attention_charts(tables: dict,  # the analysis tables: `attention` (the scor
     scores, maps = tables['attention'], tables['attention_maps']
     layer, head = strongest_head(scores)
     causal = {'attention_induction': causal_scores_chart(scores)} if scores['pattern'].isin(CAUSAL_PATTERNS).any() else {}
-    return dict(attention_patterns=pattern_scores_chart(scores), attention_grid=attention_grid_chart(maps),
+    return dict(attention_patterns=pattern_scores_chart(scores), attention_grid=attention_grid_chart(maps, scores=scores),
                 attention_head=head_timeline_chart(maps, layer, head), **causal)
 
 # %% ../nbs/08_attention.ipynb #2b8f9f4e
@@ -814,61 +986,11 @@ def attention_section(run,           # the run (unused: the section is drawn fro
         "the first checkpoint at which one head puts half its attention there (empty: not yet).",
         pattern_emergence(scores),
         scores[(scores['step'] == last) & (scores['pattern'] == 'self')].pivot(index='layer', columns='head', values='head_class'),
-        "The average map of every head at the last checkpoint (rows: layers, columns: heads; each map: query position down, key position across):",
-        chart_png(attention_grid_chart(maps)),
+        "The average map of every head at the last checkpoint (rows: layers, columns: heads, each labelled with the head's class; each map: query position down, key position across):",
+        chart_png(attention_grid_chart(maps, scores=scores)),
         f"The head with the most diagonal attention at the last checkpoint (layer {layer}, head {head}), across the checkpoints:",
         chart_png(head_timeline_chart(maps, layer, head)),
     ]
-
-# %% ../nbs/08_attention.ipynb #4cf13f35
-CAUSAL_PHASES = {'induction': 'induction-head onset', 'prev_random': 'previous-token-head onset (random tokens)'}   # phase names of `causal_head_phases`
-
-def causal_head_phases(scores: pd.DataFrame,      # an attention scores table with `step` (a causal run's has `induction` and `prev_random` rows)
-                       over_chance: float = 2.0,  # the bar: this many times the score's chance level (`repeat_chance`)
-                      ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`); none without causal scores
-    "When some head's induction (previous-token) score on repeated random tokens first had its 95% interval's lower end at `over_chance` × its chance level or above."
-    rows = []
-    for pattern, name in CAUSAL_PHASES.items():
-        d = scores[scores['pattern'] == pattern]
-        if d.empty: continue
-        best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
-        clears = best['lo'] >= over_chance * best['chance']
-        step, step_lo = first_clearing(best['step'], clears)
-        r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
-        rows.append(dict(phase=name, step=step, step_lo=step_lo, **clearing_hold(best['step'], clears, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
-                         reference=over_chance * float(r['chance']), source='attention',
-                         detail=f"layer {int(r['layer'])}, head {int(r['head'])}: score {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
-                                f"bar {over_chance:g} x chance {r['chance']:.3f}" + ('' if step is not None else f": not yet by step {step_lo}")))
-    return rows
-
-# %% ../nbs/08_attention.ipynb #df7f3ddb
-def attention_phases(run,                       # a `Run` with an attention table
-                     threshold: float = HEAD_CLASS_THRESHOLD,  # the share of a head's attention on the previous (next) token that makes it a previous- (next-) token head: the head classes' bar
-                     over_chance: float = 2.0,  # causal runs: the bar of `causal_head_phases`, this many times the chance level
-                    ) -> list[dict]:            # phase rows (`nl_embryo.timeline.PHASE_COLUMNS`)
-    "When the heads' mean attention entropy dropped, when the first previous- and next-token heads appeared (intervals clearing their bars), and on a causal run the induction- and previous-token-head onsets (`causal_head_phases`)."
-    scores = run.table('attention') if run.has_table('attention') else None
-    if scores is None or scores.empty: return []
-    rows, causal = [], (scores['pattern'] == 'induction').any()
-    ent = scores[scores['pattern'] == 'entropy_norm'].groupby('step')[['value', 'lo', 'hi']].mean().sort_index()
-    if len(ent) > 1:
-        bar = 0.9 * ent['value'].iloc[0]
-        step, step_lo = first_clearing(ent.index, ent['hi'] <= bar)
-        r = ent.loc[step if step is not None else step_lo]
-        rows.append(dict(phase='attention entropy dropped', step=step, step_lo=step_lo, **clearing_hold(ent.index, ent['hi'] <= bar, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']),
-                         reference=float(ent['value'].iloc[0]), source='attention',
-                         detail=f"mean normalised entropy of the heads, its interval below 90% of the step-{int(ent.index[0])} value ({bar:.3f})"
-                                + ('' if step is not None else ': not yet')))
-    for pattern, name in [('prev', 'first previous-token head')] + ([] if causal else [('next', 'first next-token head')]):   # causal: no head sees the next token
-        d = scores[scores['pattern'] == pattern]
-        if d.empty: continue
-        best = d.loc[d.groupby('step')['lo'].idxmax()].sort_values('step')
-        step, step_lo = first_clearing(best['step'], best['lo'] >= threshold)
-        r = best[best['step'] == (step if step is not None else step_lo)].iloc[0]
-        rows.append(dict(phase=name, step=step, step_lo=step_lo, **clearing_hold(best['step'], best['lo'] >= threshold, step), value=float(r['value']), lo=float(r['lo']), hi=float(r['hi']), reference=threshold,
-                         source='attention', detail=f"layer {int(r['layer'])}, head {int(r['head'])}" + (
-                             f": share {r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if step is not None else f": best share {r['value']:.2f} at the last step")))
-    return rows + causal_head_phases(scores, over_chance)
 
 # %% ../nbs/08_attention.ipynb #3741234b
 ATTENTION = register(Analysis(
@@ -900,8 +1022,8 @@ def _sentence_text(tokens) -> str:
 # %% ../nbs/08_attention.ipynb #130bbf38
 class AttentionExplorer:
     """An interactive explorer (ipywidgets) of a run's attention tables: step slider, layer / head / sentence selectors,
-    the map and the head's pattern scores; with tables of several runs (a `run` column, `from_runs`), a run selector
-    too. Control changes read the tables only."""
+    the map (a live chart with tooltips) and the head's pattern scores; with tables of several runs (a `run` column,
+    `from_runs`), a run selector too. Control changes read the tables only."""
     def __init__(self,
                  scores: pd.DataFrame,               # the scores table, with a `step` column (`load_attention`); a `run` column: several runs
                  maps: pd.DataFrame,                 # the maps table, with a `step` column (`load_attention`); a `run` column: several runs
@@ -923,7 +1045,7 @@ class AttentionExplorer:
         self.sentence = W.Dropdown(description='sentence', layout=W.Layout(width='640px'))
         self._load(*(self._tables[self.runs[0]] if self.runs else (scores, maps)))
         self.step.add_class('nl-step-slider')
-        self.map_view, self.score_view, self.table = W.HTML(), W.HTML(), W.HTML()
+        self.map_view, self.score_view, self.table = W.Output(), W.HTML(), W.HTML()   # the map: a live Vega chart
         self.map_view.add_class('nl-attention-map'); self.score_view.add_class('nl-attention-scores'); self.table.add_class('nl-attention-table')
         for w in (self.step, self.layer, self.head, self.sentence): w.observe(self._changed, names='value')
         if self.run is not None: self.run.observe(self._run_changed, names='value')
@@ -961,9 +1083,9 @@ class AttentionExplorer:
 # %% ../nbs/08_attention.ipynb #27d7d113
 @patch
 def map_chart(self: AttentionExplorer):
-    "The map chart for the current controls (the grid of all heads when head is 0)."
-    d = self._maps[(self.step.value, self.sentence.value)]
-    if self.head.value == 0: return attention_grid_chart(d, sentence=self.sentence.value, size=56)
+    "The map chart for the current controls: one head's interactive map (`attention_map_chart`), or the labelled grid of all heads when head is 0."
+    step, d = self.step.value, self._maps[(self.step.value, self.sentence.value)]
+    if self.head.value == 0: return attention_grid_chart(d, sentence=self.sentence.value, size=64, scores=self.scores[self.scores['step'] == step])
     return attention_map_chart(d, self.layer.value, self.head.value, sentence=self.sentence.value, size=300)
 
 # %% ../nbs/08_attention.ipynb #8334e05f
@@ -975,9 +1097,13 @@ def scores_chart(self: AttentionExplorer):
 
 # %% ../nbs/08_attention.ipynb #0c1eea3b
 @patch
-def _view(self: AttentionExplorer, key, make) -> str:
+def _view(self: AttentionExplorer, key, make, live: bool = False):
     if key not in self._views:
-        self._views[key] = chart_img(make()); self.renders += 1
+        if live:
+            data, meta = vega_mimebundle(make().to_dict(), embed_options={'renderer': 'svg'})   # SVG: the tokens and labels are text in the page
+            self._views[key] = {'output_type': 'display_data', 'data': data, 'metadata': meta}
+        else: self._views[key] = chart_img(make())
+        self.renders += 1
     return self._views[key]
 
 # %% ../nbs/08_attention.ipynb #fbe4fbd7
@@ -1009,7 +1135,7 @@ def update(self: AttentionExplorer):
     "Redraw the views for the current controls (from the tables in memory)."
     s, l, h, x = self.step.value, self.layer.value, self.head.value, self.sentence.value
     r = self.run.value if self.run is not None else None
-    self.map_view.value = self._view(('map', r, s, l if h else 0, h, x), self.map_chart)
+    self.map_view.outputs = (self._view(('map', r, s, l if h else 0, h, x), self.map_chart, live=True),)
     self.score_view.value = self._view(('scores', r, s, l, h or 1), self.scores_chart)
     d = self._scores[(l, h or 1)]; d = d[d['step'] == s]
     cls = d['head_class'].iloc[0] if 'head_class' in d and len(d) else ''
@@ -1019,9 +1145,9 @@ def update(self: AttentionExplorer):
 # %% ../nbs/08_attention.ipynb #bf57090c
 @patch
 def static(self: AttentionExplorer):
-    "The current views as static HTML (for a page without a kernel, e.g. the docs)."
+    "The current views as static HTML images (for a page without a kernel, e.g. the docs; `step_chart` and `map_chart` are live there too)."
     from IPython.display import HTML
-    return HTML(f"<div style='display:flex;gap:12px;align-items:flex-start'>{self.map_view.value}{self.score_view.value}</div>")
+    return HTML(f"<div style='display:flex;gap:12px;align-items:flex-start'>{chart_img(self.map_chart())}{self.score_view.value}</div>")
 
 # %% ../nbs/08_attention.ipynb #033b10e2
 @patch
@@ -1061,6 +1187,17 @@ def step_chart(self: AttentionExplorer,
               ):
     "The explorer's current head (the layer's first in grid mode) and sentence as a `step_slider_chart`, for pages without a kernel."
     return step_slider_chart(self.maps, self.layer.value, self.head.value or 1, sentence=self.sentence.value, size=size)
+
+# %% ../nbs/08_attention.ipynb #c0a1b2c9
+@patch
+def compare(self: AttentionExplorer,
+            step_a,          # the earlier step
+            step_b,          # the later step
+            size: int = 220, # each panel's width and height (pixels)
+           ):
+    "The current head's map at `step_a` and `step_b` and their difference, a live chart (`compare_steps_chart`; grid mode: the layer's head that moved most)."
+    return compare_steps_chart(self.maps, step_a, step_b, layer=self.layer.value, head=self.head.value or None,
+                               sentence=self.sentence.value, size=size)
 
 # %% ../nbs/08_attention.ipynb #9ef83b74
 def sentence_attention(model,                  # a transformers model or an `ElectraPair` (its discriminator is read)

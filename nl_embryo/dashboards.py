@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import hashlib
-
 import math
 import numbers
 from contextlib import contextmanager
@@ -64,7 +63,6 @@ class WandbReporter:
                  resume: bool = False,      # continue the W&B run of the same id
                 ):
         import wandb
-        self.wandb = wandb
         self.run = wandb.init(dir=str(folder), name=name, id=id, project='nl_embryo', config=config or {}, mode='offline',
                               resume='allow' if resume else None)
     def log(self, row: dict): self.run.log(row_scalars(row), step=int(row['step']))
@@ -126,6 +124,6 @@ def export_tensorboard(path,      # a run: an nl_embryo run folder, or a Trainer
         raise NlEmbryoError(f"{out} already holds TensorBoard events", f"point tensorboard --logdir at it, or pass another folder (--out)")
     w = TensorBoardReporter(out)
     try:
-        for r in m.to_dict('records'): w.log({k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))})
+        for r in m.to_dict('records'): w.log(r)   # row_scalars leaves out the NaNs of columns a row does not have
     finally: w.close()
     return out

@@ -5,7 +5,7 @@ Known answers come from models built by hand: `shifted_attention_model(offset)` 
 (30 steps on the nested-zipf corpus in the English id space, checkpoints 0, 10, 30) is pre-trained once for the
 timeline tests; its attention is measured on English sentences.
 """
-import types
+import json, re, types
 
 import nbformat
 import numpy as np
@@ -15,9 +15,10 @@ import torch
 
 from nl_embryo.analysis import analyze
 from nl_embryo.attention import (AttentionExplorer, AttentionStats, as_sentences, attention_batches,
-                                 attention_grid_chart, attention_tables, classify_heads, load_attention, maps_array,
+                                 attention_grid_chart, attention_map_chart, compare_steps_chart, head_scores_chart, pattern_scores_chart, attention_tables, classify_heads, load_attention, maps_array,
                                  pattern_emergence, attention_section, save_chart, sentence_attention, shifted_attention_model,
                                  split_tables, to_bertviz, token_classes)
+from nl_embryo.charts import VEGA_MIME, chart_svg
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.corpora import char_tokenizer
 from nl_embryo.models import attention_implementation, build_model
@@ -181,6 +182,75 @@ def test_bad_inputs(tmp_path, tok):
     with pytest.raises(NlEmbryoError, match='no tokens'): to_bertviz(maps, sentence=-1)
 
 
+# ---- what a researcher sees: token maps, labelled grids, two steps compared, onsets marked ------------------------
+
+@pytest.fixture(scope='module')
+def two_steps(tok, letters):
+    "(scores, maps) of two steps: every head on the token itself (step 0), then on the previous token (step 10)."
+    frames = [attention_tables(shifted_attention_model(offset, vocab_size=len(tok)), tok, letters[:16], map_len=12).assign(step=step)
+              for step, offset in ((0, 0), (10, -1))]
+    return split_tables(pd.concat(frames, ignore_index=True))
+
+
+def _rows(spec):
+    "The rows a chart spec carries inline (records or one CSV string)."
+    import io
+    rows = spec['datasets'][spec['data']['name']] if 'datasets' in spec else spec['data']['values']
+    return pd.read_csv(io.StringIO(rows), keep_default_na=False, na_values=['']) if isinstance(rows, str) else pd.DataFrame(rows)
+
+
+def test_the_single_head_map_is_labelled_with_tokens_and_has_tooltips(two_steps):
+    _, maps = two_steps
+    spec = attention_map_chart(maps, 1, 2, step=10, sentence=0).to_dict()
+    first = maps.query('step == 10 and sentence == 0 and layer == 1 and head == 2').sort_values(['query', 'key'])
+    labels = [f"{q} {t}" for q, t in first.drop_duplicates('query')[['query', 'query_token']].itertuples(index=False)]
+    assert spec['encoding']['y']['sort'] == labels and spec['encoding']['x']['sort'] == labels and labels[0] == '0 [CLS]'
+    tips = {t['title']: t for t in spec['encoding']['tooltip']}
+    assert list(tips) == ['query token', 'key token', 'weight', 'layer', 'head', 'step'] and tips['weight']['format'] == '.3f'
+    rows = _rows(spec)
+    assert rows.loc[(rows['q'] == labels[2]) & (rows['k'] == labels[1]), 'value'].item() > 0.9      # the previous token
+    avg = attention_map_chart(maps, 1, 2).to_dict()                                                  # the average map: positions
+    assert avg['encoding']['y']['title'] == 'query position (attending)' and _rows(avg)['q'].min() == 0
+    svg = chart_svg(attention_map_chart(maps, 1, 2, sentence=0))
+    assert labels[1] in svg and 'key token (attended to)' in svg
+
+
+def test_the_grid_labels_each_cell_with_layer_head_and_class(two_steps):
+    scores, maps = two_steps
+    svg = chart_svg(attention_grid_chart(maps, scores=scores, size=40))
+    cells = re.findall(r'<tspan>(L\d H\d)</tspan><tspan[^>]*>([\w-]+)</tspan>', svg)
+    assert cells == [(f'L{l} H{h}', 'previous-token') for l in (1, 2) for h in (1, 2)], cells
+    at0 = chart_svg(attention_grid_chart(maps, step=0, scores=scores, size=40))
+    assert ">self<" in at0 and "L2 H2" in at0 and 'previous-token' not in at0
+    assert 'L1 H1' in chart_svg(attention_grid_chart(maps, size=40))                                  # no scores: the labels, no class
+
+
+def test_two_steps_compared_side_by_side_with_their_difference(two_steps):
+    _, maps = two_steps
+    spec = compare_steps_chart(maps, 0, 10, layer=1, head=1).to_dict()
+    assert [p['title'] for p in spec['hconcat'][0]['hconcat']] == ['step 0', 'step 10'] and spec['hconcat'][1]['title'] == 'step 10 − step 0'
+    scale = spec['hconcat'][1]['encoding']['color']['scale']
+    assert scale['domainMid'] == 0 and scale['domain'][0] == -scale['domain'][1] and 'blue: attends more' in spec['hconcat'][1]['encoding']['color']['title']
+    rows = _rows(spec).eval('diff = value_b - value_a')                                            # (the chart computes the difference)
+    assert rows.query('q == 4 and k == 3')['diff'].item() > 0.9 and rows.query('q == 4 and k == 4')['diff'].item() < -0.9
+    with pytest.raises(NlEmbryoError, match='no step 5 in the frame') as e: compare_steps_chart(maps, 0, 5)
+    assert 'choose one of: 0, 10' in str(e.value)
+    with pytest.raises(NlEmbryoError, match='no maps for layer 3'): compare_steps_chart(maps, 0, 10, layer=3, head=1)
+
+
+def test_the_score_charts_mark_the_onsets_their_data_yield(two_steps):
+    scores, _ = two_steps
+    spec = pattern_scores_chart(scores).to_dict()
+    rows = _rows(spec)
+    onsets = rows[rows['phase_label'].notna()]
+    assert onsets[['phase', 'pattern', 'step', 'step_lo']].values.tolist() == [['first previous-token head', 'previous token', 10, 0]]
+    assert [l['mark']['type'] for l in spec['spec']['layer']][-3:] == ['rect', 'rule', 'text'] and spec['title']['subtitle']
+    head = head_scores_chart(scores, 2, 2).to_dict()
+    assert 'first previous-token head: by step 10' in json.dumps(head) and [l['mark']['type'] for l in head['layer']] == ['line', 'rect', 'rule', 'text']
+    assert 'phase_label' not in _rows(pattern_scores_chart(scores, phases=None).to_dict())
+    assert len(head_scores_chart(scores.drop(columns=["lo", "hi"]), 2, 2).to_dict()['layer']) == 1    # no intervals: no onsets
+
+
 # ---- over a run's timeline -----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope='module')
@@ -232,11 +302,12 @@ def test_explorer_callbacks_read_the_cache_only(analysed, monkeypatch):
     loads = counting_loads(monkeypatch)
     ex = AttentionExplorer.from_run(run)
     assert ex.steps == [0, 10, 30] and ex.step.value == 30 and len(ex.sentences) == 4
-    seen = {ex.map_view.value}
+    shown = lambda: json.dumps(ex.map_view.outputs[0]['data'][VEGA_MIME], sort_keys=True)   # the map: a live Vega chart
+    seen = {shown()}
     for control, value in ((ex.step, 0), (ex.layer, 1), (ex.head, 3), (ex.sentence, 2), (ex.head, 0), (ex.step, 10)):
         control.value = value
-        assert ex.map_view.value.startswith('<img src="data:image/png;base64,') and ex.map_view.value not in seen
-        seen.add(ex.map_view.value)
+        assert len(ex.map_view.outputs) == 1 and shown() not in seen
+        seen.add(shown())
     assert 'step 10' in ex.table.value
     drawn = ex.renders
     ex.step.value = 0; ex.step.value = 10                                     # back to drawn views: no new drawing

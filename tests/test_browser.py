@@ -4,7 +4,9 @@
     (vega-embed's default renderer) or SVG, no page error, and no request leaves the machine.
 (b) JupyterLab, started on a free 127.0.0.1 port with a random token, opens the explorer notebook
     (nbs/tutorials/attention_explorer.ipynb) and runs it; the step slider is moved with the keyboard, the slider's
-    read-out changes, and the attention map (a PNG drawn in the kernel) changes: two screenshots differ. In the same
+    read-out changes, and the attention map (a live chart, drawn as SVG by JupyterLab's Vega) changes: two screenshots
+    differ; on an example sentence the map's axes carry its tokens and hovering a cell shows a tooltip with the tokens
+    and the weight, and the grid of all heads labels its cells 'L1 H1' with the head's class. In the same
     notebook, a cell added below the explorer shows `AttentionExplorer.from_runs` of that run and another one: choosing
     the other run in its dropdown changes the step read-out, the head's class and the map. A copy of the notebook
     run on tables of a real run's size (11 checkpoints, 32-token maps), its slider moved, stays under 1.3x its size
@@ -19,7 +21,7 @@ hold the diagonal, previous-token and next-token patterns, so every step looks d
 need with `tools/browser-deps.sh`; NL_EMBRYO_SKIP_BROWSER=1 skips them where no browser can be had, and
 NL_EMBRYO_BROWSER_SHOTS=DIR keeps the explorer's screenshots in DIR.
 """
-import io, json, os, secrets, shutil, signal, socket, subprocess, sys, time, urllib.request
+import io, json, os, re, secrets, shutil, signal, socket, subprocess, sys, time, urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -201,6 +203,18 @@ def stderr_outputs(page) -> list[str]:
     return page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
 
 
+MAP_SVG = '.jp-RenderedVegaCommon5 svg.marks'   # the explorer's map: a live chart, drawn by JupyterLab's own Vega as SVG
+
+
+def redrawn(chart, before_html: str, timeout: float = 15) -> bool:
+    "Whether the map's html differs from `before_html` within `timeout` seconds (the front-end draws the chart after the kernel sends it)."
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if chart.locator(MAP_SVG).count() and chart.inner_html() != before_html: return True
+        time.sleep(0.2)
+    return False
+
+
 @pytest.fixture(scope='module')
 def explorer_page(browser, jupyterlab):
     "A page of the module's JupyterLab with the explorer notebook run and its explorer drawn (shared by the explorer tests)."
@@ -208,7 +222,7 @@ def explorer_page(browser, jupyterlab):
     page = local_page(browser, viewport={'width': 1500, 'height': 1100})
     try:
         open_and_run(page, jupyterlab['url'])
-        try: page.locator('.nl-attention-map img').first.wait_for(state='visible', timeout=90_000)
+        try: page.locator(f'.nl-attention-map {MAP_SVG}').first.wait_for(state='visible', timeout=90_000)
         except Exception:
             errs = stderr_outputs(page)
             pytest.fail(f"the explorer did not appear; notebook errors: {errs[-3:]}\nserver log: {jupyterlab['log'].read_text()[-2000:]}")
@@ -236,7 +250,7 @@ def test_explorer_slider_changes_the_chart_in_jupyterlab(explorer_page, jupyterl
         page.wait_for_function("() => document.querySelector('.nl-attention-table').textContent.includes('at step 10')",
                                timeout=60_000)
     except Exception: pytest.fail(f"the views were not redrawn for step 10:\n{jupyterlab['log'].read_text()[-2000:]}")
-    assert chart.inner_html() != before_html, 'the map did not change after the slider moved'
+    assert redrawn(chart, before_html), 'the map did not change after the slider moved'
     page.wait_for_timeout(300)
     after_png = chart.screenshot()
 
@@ -270,7 +284,7 @@ def test_explorer_run_selector_switches_runs_in_jupyterlab(explorer_page, jupyte
     runs = {k: str(v) for k, v in jupyterlab['runs'].items()}
     page.evaluate(ADD_CELL, f"AttentionExplorer.from_runs({runs!r}, compute=False)")
     ex = page.locator('.widget-vbox').filter(has=page.locator('.widget-html', has_text='attention explorer: 2 runs'))
-    try: ex.locator('.nl-attention-map img').wait_for(state='visible', timeout=60_000)
+    try: ex.locator(f'.nl-attention-map {MAP_SVG}').wait_for(state='visible', timeout=60_000)
     except Exception: pytest.fail(f"the explorer of two runs did not appear; notebook errors: {stderr_outputs(page)[-3:]}")
     select, readout = ex.locator('.widget-dropdown select').first, ex.locator('.nl-step-slider .widget-readout')
     chart, table = ex.locator('.nl-attention-map'), ex.locator('.nl-attention-table')
@@ -283,7 +297,7 @@ def test_explorer_run_selector_switches_runs_in_jupyterlab(explorer_page, jupyte
     select.select_option(label='other')                                            # the kernel loads the other run's tables
     expect(readout).to_have_text('40', timeout=30_000)                             # its steps: 20 and 40, no 30
     expect(table).to_contain_text('layer 2, head 1 at step 40: self', timeout=30_000)
-    assert chart.inner_html() != before_html, 'the map did not change with the run'
+    assert redrawn(chart, before_html), 'the map did not change with the run'
     page.wait_for_timeout(300)
     after_png = chart.screenshot()
     if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):
@@ -296,6 +310,46 @@ def test_explorer_run_selector_switches_runs_in_jupyterlab(explorer_page, jupyte
     assert page.errors == [], page.errors
     assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
     assert time.time() - t0 < 60
+
+
+def test_explorer_map_shows_token_tooltips_and_the_grid_its_labels_in_jupyterlab(explorer_page, jupyterlab):
+    """The explorer's single-head map is a live chart, not an image: on an example sentence its axes carry the tokens
+    ('0 [CLS]'), and hovering a cell shows a tooltip with the query and key tokens and the weight (3 decimals); with all
+    heads, the grid labels each cell 'L1 H1' and with the head's class."""
+    from playwright.sync_api import expect
+    t0, page = time.time(), explorer_page
+    chart = page.locator('.nl-attention-map').first                               # the notebook's own explorer
+    assert chart.locator('img').count() == 0 and chart.locator(MAP_SVG).count() == 1
+    sentence = page.locator('select').filter(has=page.locator('option', has_text='average over')).first
+    sentence.select_option(index=1)                                               # sentence 0: its tokens on the axes
+    svg = chart.locator(MAP_SVG)
+    expect(svg).to_contain_text('0 [CLS]', timeout=30_000)
+    expect(svg).to_contain_text('query token (attending)')
+    tip = page.locator('#vg-tooltip-element')
+    cells = svg.locator('.mark-rect path')
+    assert cells.count() > 16, cells.count()
+    cells.nth(cells.count() // 2).hover()                                          # a cell in the middle of the map
+    try: page.wait_for_function("() => (document.querySelector('#vg-tooltip-element') || {}).className?.includes('visible')", timeout=10_000)
+    except Exception: pytest.fail('no tooltip over a cell of the map')
+    text = tip.inner_text()
+    assert 'query token' in text and 'key token' in text and 'layer' in text and 'head' in text and 'step' in text, text
+    assert re.search(r'weight:?\s*\d\.\d{3}\b', text), text                          # the weight, 3 decimals
+    assert re.search(r'query token:?\s*\d+ (\[CLS\]|\[SEP\]|[a-j])', text), text        # position and token
+    if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'):
+        shots = Path(os.environ['NL_EMBRYO_BROWSER_SHOTS']); shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots/'explorer-tooltip.png'))
+
+    head = page.locator('select').filter(has=page.locator('option', has_text='all heads (grid)')).first
+    head.select_option(label='all heads (grid)')
+    expect(svg).to_contain_text('L2 H2', timeout=30_000)
+    labels = re.findall(r'(L\d H\d)', svg.text_content())
+    assert labels[:4] == ['L1 H1', 'L1 H2', 'L2 H1', 'L2 H2'], labels
+    assert re.search(r'L1 H1\s*(previous-token|next-token|self|vertical|mixed)', svg.text_content()), svg.text_content()[:300]
+    if os.environ.get('NL_EMBRYO_BROWSER_SHOTS'): chart.screenshot(path=str(Path(os.environ['NL_EMBRYO_BROWSER_SHOTS'])/'explorer-grid.png'))
+    head.select_option(label='head 1'); sentence.select_option(index=0)           # back as the other tests found it
+    assert page.errors == [], page.errors
+    assert page.blocked == [], f"requests that left 127.0.0.1: {page.blocked}"
+    assert time.time() - t0 < 90
 
 
 SAVED_STEPS = (0, 1, 2, 4, 8, 16, 32, 64, 100, 200, 300)   # a real run's checkpoints (the demo's causal test run has these)
@@ -503,8 +557,8 @@ def test_the_report_shows_its_onsets_readably_and_no_machine_path(tmp_path, brow
     assert 'NaN' not in text and not __import__('re').search(r'\b(?:0|[1-9]\d*)\.0\b(?=\s)', page.inner_text('table')), 'a float step in a table'
     phases = Run(run).phases()
     for detail in list(phases['detail'].dropna()) + list(demo_checks(run)['detail']): assert detail in text, detail[:80]
-    styled = page.locator('table[id^="T_"]')                                  # the tables of the run, phases and checks (report_table)
-    assert styled.count() == 3 and page.locator('table[id^="T_"] tbody th').count() == 0   # no index column
+    styled = page.locator('table[id^="T_"]')                                  # the tables of the run, phases, checks and the four analysis sections (report_table)
+    assert styled.count() == 7 and page.locator('table[id^="T_"] tbody th').count() == 0   # no index column
     svgs = page.locator('svg.marks')
     curves = next(i for i in range(svgs.count()) if 'loss (nats per scored token)' in svgs.nth(i).inner_html())
     inner = svgs.nth(curves).inner_html()
