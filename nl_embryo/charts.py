@@ -137,6 +137,15 @@ def phase_rows(phases: pd.DataFrame,  # rows with `phase`, `step`, `step_lo` (as
     return d
 
 # %% ../nbs/04b_charts.ipynb #8074c8cb
+def _right_part(spec: dict, share: float = 0.6) -> float | None:
+    "The step from which a point lies in the right `share`-th part of a step axis (its spec: `step_axis`); None when the axis names no steps."
+    steps = sorted((spec.get('scale') or {}).get('domain') or (spec.get('axis') or {}).get('values') or [])
+    if len(steps) < 2: return None
+    if spec.get('type') != 'quantitative': return steps[int(np.ceil(share * (len(steps) - 1)))]   # one slot per checkpoint
+    lo, hi = steps[0], steps[-1]
+    if (spec.get('scale') or {}).get('type') == 'sqrt': return (np.sqrt(lo) + share * (np.sqrt(hi) - np.sqrt(lo))) ** 2
+    return lo + share * (hi - lo)
+
 def phase_marks(x,                       # the x encoding (the chart's `step_axis`)
                 phases: pd.DataFrame | None = None,  # rows with `phase`, `step`, `step_lo` (as `Run.phases()` gives them); None: the chart's own rows (`where`)
                 color: str = '#b279a2',  # the colour of the bands, rules and labels
@@ -156,9 +165,11 @@ def phase_marks(x,                       # the x encoding (the chart's `step_axi
     tip = [alt.Tooltip('phase:N'), alt.Tooltip('step_lo:Q', title='after step'), alt.Tooltip('step:Q', title='by step')]
     band = here.mark_rect(opacity=0.15, color=color).encode(x=lo, x2='step', tooltip=tip)
     rule = here.mark_rule(color=color, strokeDash=[2, 2]).encode(x=x, tooltip=tip)
-    label = here.mark_text(color=color, align='left', baseline='top', dx=3, fontSize=10).encode(
-        x=x, y=alt.Y('phase_y:Q', scale=None, axis=None), text='phase_label:N')
-    return [band, rule, label]
+    cut = _right_part(spec)   # a label in the right part of the axis goes to the left of its rule, inside the plot
+    text = lambda keep, align, dx: (here if keep is None else here.transform_filter(keep)).mark_text(
+        color=color, align=align, baseline='top', dx=dx, fontSize=10).encode(x=x, y=alt.Y('phase_y:Q', scale=None, axis=None), text='phase_label:N')
+    labels = [text(None, 'left', 3)] if cut is None else [text(f'datum.step < {cut}', 'left', 3), text(f'datum.step >= {cut}', 'right', -3)]
+    return [band, rule, *labels]
 
 # %% ../nbs/04b_charts.ipynb #cca35669
 LABEL_LIMIT = 320   # the widest legend label in pixels: room for long names ('self (diagonal)', 'vertical+diagonal', relation names)

@@ -158,9 +158,9 @@ def icl_phases(run,             # a `Run` (or its path) with an `icl` table
 # %% ../nbs/08c_icl.ipynb #dc8acc63
 def icl_chart(df: pd.DataFrame,  # the `icl` table of one option set
              ):
-    "Left: the score over steps (band: 95% interval over blocks; 0 dotted; the onset a dashed rule). Right: the loss by eighth of the context, one line per step."
+    "Left: the score over steps (band: 95% interval over blocks; 0 dotted; the onset shaded from the checkpoint before it, with a labelled rule). Right: the loss by eighth of the context, one line per step."
     import altair as alt
-    from nl_embryo.charts import interval_band, step_axis
+    from nl_embryo.charts import interval_band, phase_marks, step_axis
     s = df[df['metric'] == 'icl_score'].sort_values('step')
     on = icl_onset(df)
     x = step_axis(s['step'])
@@ -168,9 +168,7 @@ def icl_chart(df: pd.DataFrame,  # the `icl` table of one option set
     line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='late minus early loss (nats)'),
                                                     tooltip=['step', alt.Tooltip('value:Q', format='+.3f'), alt.Tooltip('lo:Q', format='+.3f'), alt.Tooltip('hi:Q', format='+.3f')])
     zero = alt.Chart().mark_rule(strokeDash=[2, 2], color='gray').encode(y=alt.datum(0))
-    layers = [band, line, zero]
-    if on and on[0]['step'] is not None:
-        layers.append(alt.Chart(pd.DataFrame({'step': [on[0]['step']], 'label': ['onset']})).mark_rule(strokeDash=[6, 2], color='black').encode(x=x, tooltip=['label', 'step']))
+    layers = [band, line, zero, *phase_marks(x, pd.DataFrame(on, columns=['phase', 'step', 'step_lo']))]   # none when it has no onset
     left = alt.layer(*layers, data=s).properties(width=320, height=220, title='In-context learning score (band: 95% interval over blocks)')
     b = df[df['metric'] == 'loss_by_context']
     right = alt.Chart(b).mark_line(point=True).encode(

@@ -269,10 +269,12 @@ def induction_phases(run,             # a `Run` with an `induction` table
 # %% ../nbs/08h_induction.ipynb #d7e40162
 def induction_chart(df: pd.DataFrame,  # the `induction` table of one option set
                    ):
-    "Left: the best head's induction score over chance per kind and length (bar dashed). Middle: each head's copying score against its bar. Right: the loss drop on the second repeat (band: 95% interval)."
+    "Left: the best head's induction score over chance per kind and length (bar dashed). Middle: each head's copying score against its bar. Right: the loss drop on the second repeat (band: 95% interval). Each panel shades its onset (`induction_onsets`) from the checkpoint before it, with a labelled rule."
     import altair as alt
-    from nl_embryo.charts import interval_band, line_legend, step_axis
+    from nl_embryo.charts import interval_band, line_legend, phase_marks, step_axis
     x = step_axis(sorted(df['step'].unique()))
+    on = pd.DataFrame(induction_onsets(df), columns=['phase', 'step', 'step_lo'])
+    marks = lambda phase: phase_marks(x, on[on['phase'] == phase])   # one panel's onset: none when it was not reached
     a = df[df['metric'] == 'induction'].assign(ratio_lo=lambda d: d['lo'] / d['chance'], ratio=lambda d: d['value'] / d['chance'],
                                               ratio_hi=lambda d: d['hi'] / d['chance'], input=lambda d: d['kind'] + ', h = ' + d['half_len'].astype(str))
     best = a.loc[a.groupby(['step', 'input'])['ratio_lo'].idxmax()]
@@ -280,20 +282,23 @@ def induction_chart(df: pd.DataFrame,  # the `induction` table of one option set
     left = alt.layer(interval_band(x, 'ratio_lo', 'ratio_hi', color=col),
                      alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('ratio:Q', title='best induction score (x chance)', scale=alt.Scale(type='symlog')), color=col,
                                                               tooltip=['step', 'input', 'layer', 'head', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('ratio_lo:Q', format='.2f')]),
-                     alt.Chart().mark_rule(strokeDash=[6, 3], color='gray').encode(y=alt.datum(2.0)), data=best
+                     alt.Chart().mark_rule(strokeDash=[6, 3], color='gray').encode(y=alt.datum(2.0)),
+                     *marks('induction head (every kind and length)'), data=best
                      ).properties(width=300, height=220, title='Induction score of the best head (dashed: 2 x chance)')
     c = df[df['metric'] == 'copying'].assign(head_name=lambda d: 'layer ' + d['layer'].astype(str) + ', head ' + d['head'].astype(str))
     mid = alt.layer(alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='copying score (eigenvalues)', scale=alt.Scale(domain=[-1, 1])),
                                                             color=alt.Color('head_name:N', title='head', legend=line_legend()),
                                                             tooltip=['step', 'head_name', alt.Tooltip('value:Q', format='.3f'), alt.Tooltip('lo:Q', format='.3f'), alt.Tooltip('chance:Q', title='bar', format='.3f')]),
-                    alt.Chart().mark_line(strokeDash=[2, 2], color='gray').encode(x=x, y='max(chance):Q'), data=c
+                    alt.Chart().mark_line(strokeDash=[2, 2], color='gray').encode(x=x, y='max(chance):Q'),
+                    *marks('induction head that copies'), data=c
                     ).properties(width=300, height=220, title='Copying score per head (dotted: the highest bar)')
     dd = df[df['metric'] == 'loss_drop'].assign(input=lambda d: d['kind'] + ', h = ' + d['half_len'].astype(str))
     right = alt.layer(interval_band(x, color=alt.Color('input:N', title='repeated tokens', legend=line_legend())),
                       alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y('value:Q', title='loss drop on the second copy (nats per token)'),
                                                                color=alt.Color('input:N', title='repeated tokens', legend=line_legend()),
                                                                tooltip=['step', 'input', alt.Tooltip('value:Q', format='+.3f'), alt.Tooltip('lo:Q', format='+.3f'), alt.Tooltip('hi:Q', format='+.3f')]),
-                      alt.Chart().mark_rule(strokeDash=[2, 2], color='gray').encode(y=alt.datum(0)), data=dd
+                      alt.Chart().mark_rule(strokeDash=[2, 2], color='gray').encode(y=alt.datum(0)),
+                      *marks('loss drop on the second repeat'), data=dd
                       ).properties(width=300, height=220, title='Loss drop on the second repeat (band: 95% interval)')
     return alt.hconcat(left, mid, right).resolve_scale(color='independent')
 

@@ -39,7 +39,7 @@ def test_a_registered_analysis_appears_in_the_cli_the_demo_and_the_report(run, t
     frames = run_analyses(run.path, steps=[0, 4], progress=False, analyses=['toy_norms'])
     assert set(frames['toy_norms'].step) == {0, 4} and run.has_table('toy_norms')
     nb = report_notebook(run.path)
-    assert any("show_section(run, 'toy_norms')" in c.source for c in nb.cells)
+    assert any("show_section(run, report_analysis('toy_norms'))" in c.source for c in nb.cells)
     assert report_section(run, 'toy_norms').parts[0] == 'the norm of the first embeddings'
 
 

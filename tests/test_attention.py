@@ -244,9 +244,9 @@ def test_the_score_charts_mark_the_onsets_their_data_yield(two_steps):
     rows = _rows(spec)
     onsets = rows[rows['phase_label'].notna()]
     assert onsets[['phase', 'pattern', 'step', 'step_lo']].values.tolist() == [['first previous-token head', 'previous token', 10, 0]]
-    assert [l['mark']['type'] for l in spec['spec']['layer']][-3:] == ['rect', 'rule', 'text'] and spec['title']['subtitle']
+    assert [l['mark']['type'] for l in spec['spec']['layer']][-4:] == ['rect', 'rule', 'text', 'text'] and spec['title']['subtitle']   # the label left or right of its rule
     head = head_scores_chart(scores, 2, 2).to_dict()
-    assert 'first previous-token head: by step 10' in json.dumps(head) and [l['mark']['type'] for l in head['layer']] == ['line', 'rect', 'rule', 'text']
+    assert 'first previous-token head: by step 10' in json.dumps(head) and [l['mark']['type'] for l in head['layer']] == ['line', 'rect', 'rule', 'text', 'text']
     assert 'phase_label' not in _rows(pattern_scores_chart(scores, phases=None).to_dict())
     assert len(head_scores_chart(scores.drop(columns=["lo", "hi"]), 2, 2).to_dict()['layer']) == 1    # no intervals: no onsets
 

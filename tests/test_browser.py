@@ -511,7 +511,8 @@ def test_altair_charts_are_live_offline_in_jupyterlab(browser, tmp_path):
             a, b = _pixels(before), _pixels(after)
             assert a.shape == b.shape
             changed = (np.abs(a - b).sum(-1) > 30).mean()
-            assert changed > 0.01, f"only {changed:.3%} of the pixels changed when another step was chosen"   # measured: 3%
+            # measured: 3%, then 0.94% once the probe chart drew its onsets and a two-line subtitle; no redraw: 0%
+            assert changed > 0.004, f"only {changed:.3%} of the pixels changed when another step was chosen"
 
             probe.locator('.role-legend-label text', has_text='0').first.click()     # a click on the legend picks layer 0
             page.wait_for_timeout(500)

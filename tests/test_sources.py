@@ -14,6 +14,7 @@ from conftest import cli, nl_embryo_cmd
 from nl_embryo.core import NlEmbryoError
 from nl_embryo.sources import content_digest, parse_step_name, read_source, trainer_metrics
 from nl_embryo.timeline import Run, default_analysis_home
+from nl_embryo.charts import VEGA_MIME
 
 PROBES = dict(n_words=300, progress=False, charts=False)          # small options: the analyses run, quickly
 ATTENTION = dict(n_sentences=24, map_len=16, progress=False, charts=False)
@@ -593,12 +594,12 @@ def test_attention_explorer_switches_between_runs(tmp_path, suites):
     ex = AttentionExplorer.from_runs(runs, compute=False)
     assert ex.run is not None and list(ex.run.options) == ['from0', 'late'] and ex.run in ex.widget.children[1].children
     assert ex.steps == [0, 10] and ex.step.value == 10 and set(ex.maps['run']) == {'from0'}
-    first, renders = ex.map_view.value, ex.renders
+    first, renders = ex.map_view.outputs, ex.renders                     # the map: a live Vega chart in an Output widget
     ex.layer.value, ex.head.value = 2, 2
     ex.run.value = 'late'                                                # the run selector reloads steps, maps and scores
     assert ex.steps == [20_000, 40_000] and list(ex.step.options) == [20_000, 40_000] and ex.step.value == 40_000
     assert set(ex.maps['run']) == {'late'} and set(ex.scores['run']) == {'late'} and (ex.layer.value, ex.head.value) == (2, 2)
-    assert ex.map_view.value.startswith('<img') and ex.map_view.value != first and ex.renders > renders
+    assert VEGA_MIME in ex.map_view.outputs[0]['data'] and ex.map_view.outputs != first and ex.renders > renders
     assert 'step 40000' in ex.table.value
     ex.run.value = 'from0'
     assert ex.steps == [0, 10] and ex.step.value == 10
