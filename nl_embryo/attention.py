@@ -1169,8 +1169,7 @@ def step_slider_chart(maps: pd.DataFrame,  # a maps table with a `step` column
     steps = sorted(int(s) for s in d['step'].unique())
     # each row names its checkpoint only; its step is computed in the chart (a lighter spec: every step's map is in it)
     d = d[['query', 'key', 'value']].assign(checkpoint=d['step'].map({s: i for i, s in enumerate(steps)}).astype(int), value=d['value'].round(5))
-    # the rows as one CSV string: a notebook saves a list of rows one field per line (11 steps of 32 × 32 made 1.2 MB)
-    data = {'values': d.to_csv(index=False, lineterminator='\n'), 'format': {'type': 'csv', 'parse': dict.fromkeys(d.columns, 'number')}}
+    data = _csv_data(d)   # one CSV string: a notebook saves a list of rows one field per line (11 steps of 32 × 32 made 1.2 MB)
     at, step = step_slider(steps, name='checkpoint')   # the input's param and the expression of the step it points at
     what = 'average over sentences' if sentence < 0 else f'sentence {sentence}'
     title = alt.TitleParams(alt.ExprRef(f"{json.dumps(f'layer {layer}, head {head} ({what}), step ')} + {step}"))

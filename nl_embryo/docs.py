@@ -396,12 +396,12 @@ class TableRenderer(BasicMarkdownRenderer):
     "nbdev's `show_doc` entry (source link, heading, docstring) with `short_signature` and a table of the parameters: type, default and details (the comment beside each), and the return value."
     def _repr_markdown_(self):
         md = super()._repr_markdown_()
-        try: dm, sig, params = dict(self.dm.dm), short_signature(self.sym), inspect.signature(self.sym).parameters
+        try: dm, sig, full = dict(self.dm.dm), short_signature(self.sym), inspect.signature(self.sym)
         except Exception: return md   # what nbdev cannot take apart keeps nbdev's own entry
         md = re.sub(r'```python\n.*?\n```', lambda m: f'```python\n{sig}\n```', md, count=1, flags=re.S)
         e = inspect.Parameter.empty
-        rows = [(f'`{p.name}`', p.annotation, p.default, (dm.get(p.name) or {}).get('docment')) for p in params.values() if p.name != 'self']
-        ret, said = inspect.signature(self.sym).return_annotation, (dm.get('return') or {}).get('docment')
+        rows = [(f'`{p.name}`', p.annotation, p.default, (dm.get(p.name) or {}).get('docment')) for p in full.parameters.values() if p.name != 'self']
+        ret, said = full.return_annotation, (dm.get('return') or {}).get('docment')
         if not inspect.isclass(self.sym) and (said or ret is not e): rows.append(('**Returns**', ret, e, said))
         if not rows: return md
         table = ['|  | Type | Default | Details |', '|---|---|---|---|']

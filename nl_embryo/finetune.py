@@ -588,17 +588,31 @@ def transfer_interval_chart(summary: pd.DataFrame,              # the frame of `
     if len(base): layers.append(alt.Chart(base).mark_rule(strokeDash=[4, 3], color='gray').encode(x='mean:Q', tooltip=[row, alt.Tooltip('mean:Q', format='.3f')]))
     return alt.layer(*layers).properties(width=360, height=max(60, 22 * len(d)), title=title or f'{task} test score by {row}')
 
+# %% ../nbs/11_finetune.ipynb #0f466d9c
+def _seeded_claim(A: pd.DataFrame,  # arm a: pre-training seeds (rows) x fine-tuning seeds (columns)
+                  B: pd.DataFrame,  # arm b, the same seeds
+                  level: float,     # the coverage of the intervals
+                  seed: int,        # seed of the bootstrap
+                 ) -> dict:         # difference, lo, hi, t_lo, t_hi, p, verdict, detectable
+    "One ordering a > b over paired seeds: the multi-bootstrap and t intervals, the verdict they give together, p, and the detectable difference."
+    mb = multi_bootstrap(A.to_numpy(), B.to_numpy(), paired=True, level=level, seed=seed)
+    diffs = (A - B).mean(axis=1).to_numpy()                      # per pre-training seed
+    _, t_lo, t_hi = t_interval(diffs, level)
+    v = verdict(mb['lo'], mb['hi'])
+    return dict(difference=mb['estimate'], lo=mb['lo'], hi=mb['hi'], t_lo=t_lo, t_hi=t_hi, p=paired_t_pvalue(diffs),
+                verdict=v if v == verdict(t_lo, t_hi) else 'within noise', detectable=detectable_difference(diffs, level=level))
+
 # %% ../nbs/11_finetune.ipynb #8b921bbf
 def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pretrain_seed`, `seed` (fine-tuning), `split`, `primary`, `task`, `value`
                    orderings,              # the claims, pairs `(a, b)` of rows meaning "a scores higher than b"
                    row: str = 'arm',       # the column naming the rows (arms)
-                   task: str | None = None,  # the task compared (None: the average of the main metric over the tasks)
+                   task=None,              # the task compared (None: the average of the main metric over the tasks); a list: each ordering on each task
                    split: str = 'test',    # the split scored
                    level: float = 0.95,    # the coverage of the intervals
                    seed: int = 0,          # seed of the bootstrap
                    adjust: bool = True,    # Holm-adjust the verdicts for the family of `orderings` (False: each claim at `level` alone)
                    family=None,            # the orderings of the experiment, Holm's family (None: `orderings`); only `orderings` are returned
-                  ) -> pd.DataFrame:       # one row per claim: claim, difference, lo, hi, t_lo, t_hi, p, level_holm, adj_lo, adj_hi, adj_t_lo, adj_t_hi, n_seeds, raw_verdict, verdict, detectable
+                  ) -> pd.DataFrame:       # one row per claim: (task,) claim, difference, lo, hi, t_lo, t_hi, p, level_holm, adj_lo, adj_hi, adj_t_lo, adj_t_hi, n_seeds, raw_verdict, verdict, detectable
     """Each claimed ordering `(a, b)` over pre-training seeds, the arms paired by pre-training seed and fine-tuning seed
     (the same initialisation, data and data order): the difference of means with the multi-bootstrap interval
     (`lo`, `hi`: pre-training seeds resampled, and fine-tuning seeds within them) and Student's t interval of the
@@ -607,42 +621,37 @@ def compare_seeded(results: pd.DataFrame,  # per-seed scores: columns `row`, `pr
     difference the paired design detects with 80% power (`detectable_difference` of the per-seed differences).
     The orderings are one family: with `adjust`, Holm's procedure (`holm_levels`, on the paired t test's `p`) gives each
     claim its level `level_holm`, both intervals are computed again at it (`adj_*`), and `verdict` is `holds` or `fails`
-    only where Holm rejects the claim's null and both adjusted intervals clear 0; `raw_verdict` is the verdict at `level`."""
+    only where Holm rejects the claim's null and both adjusted intervals clear 0; `raw_verdict` is the verdict at `level`.
+    With a list of tasks (outcomes), every ordering on every task is a claim, with a `task` column, and they are one family."""
     need = {row, 'pretrain_seed', 'seed', 'split', 'primary', 'task', 'value'}
     if not need <= set(results.columns):
         raise NlEmbryoError(f"the results lack {sorted(need - set(results.columns))}",
                             "pass the frames of finetune / finetune_run with `pretrain_seed` and the arm's column added")
     r = results[(results['split'] == split) & results['primary']]
-    if task is not None: r = r[r['task'] == task]
-    per = r.groupby([row, 'pretrain_seed', 'seed'])['value'].mean()          # the average over tasks (or the one task)
+    tasks = [task] if task is None or isinstance(task, str) else list(task)
     out = []
-    for a, b in dict.fromkeys(map(tuple, [*orderings, *(family or ())])):
-        if a not in per.index.get_level_values(0) or b not in per.index.get_level_values(0):
-            raise NlEmbryoError(f"no {split} results for {a!r} or {b!r}", f"arms present: {', '.join(map(str, dict.fromkeys(per.index.get_level_values(0))))}")
-        A, B = per.loc[a].unstack('seed'), per.loc[b].unstack('seed')
-        if list(A.index) != list(B.index) or list(A.columns) != list(B.columns):
-            raise NlEmbryoError(f"{a!r} and {b!r} do not share their seeds", "run every arm with the same pre-training and fine-tuning seeds")
-        if len(A) < 2:
-            raise NlEmbryoError(f"{a!r} and {b!r} have one pre-training seed ({A.index[0]}): no interval over pre-training seeds exists",
-                                "pre-train each arm with several seeds (nl-embryo pretrain --seeds 0,1,2), or compare over fine-tuning "
-                                "seeds of the one run with compare_rows and say that the finding is from one pre-training seed")
-        mb = multi_bootstrap(A.to_numpy(), B.to_numpy(), paired=True, level=level, seed=seed)
-        diffs = (A - B).mean(axis=1).to_numpy()
-        _, t_lo, t_hi = t_interval(diffs, level)
-        v = verdict(mb['lo'], mb['hi'])
-        out.append(dict(claim=f"{a} > {b}", difference=mb['estimate'], lo=mb['lo'], hi=mb['hi'], t_lo=t_lo, t_hi=t_hi, p=paired_t_pvalue(diffs),
-                        n_seeds=f"{len(A)} x {A.shape[1]}", raw_verdict=v if v == verdict(t_lo, t_hi) else 'within noise',
-                        detectable=detectable_difference(diffs, level=level), _arms=(A, B, diffs)))
+    for t in tasks:
+        per = (r if t is None else r[r['task'] == t]).groupby([row, 'pretrain_seed', 'seed'])['value'].mean()   # the one task, or the average over tasks
+        arms = list(dict.fromkeys(per.index.get_level_values(0)))
+        for a, b in dict.fromkeys(map(tuple, [*orderings, *(family or ())])):
+            if a not in arms or b not in arms:
+                raise NlEmbryoError(f"no {split} results for {a!r} or {b!r}" + (f" on {t!r}" if t else ''),
+                                    f"arms present: {', '.join(map(str, arms))}; tasks present: {', '.join(map(str, r['task'].unique()))}")
+            A, B = per.loc[a].unstack('seed'), per.loc[b].unstack('seed')
+            if list(A.index) != list(B.index) or list(A.columns) != list(B.columns):
+                raise NlEmbryoError(f"{a!r} and {b!r} do not share their seeds", "run every arm with the same pre-training and fine-tuning seeds")
+            if len(A) < 2:
+                raise NlEmbryoError(f"{a!r} and {b!r} have one pre-training seed ({A.index[0]}): no interval over pre-training seeds exists",
+                                    "pre-train each arm with several seeds (nl-embryo pretrain --seeds 0,1,2), or compare over fine-tuning "
+                                    "seeds of the one run with compare_rows and say that the finding is from one pre-training seed")
+            c = _seeded_claim(A, B, level, seed)
+            out.append(dict(c, task=t, claim=f"{a} > {b}", n_seeds=f"{len(A)} x {A.shape[1]}", raw_verdict=c['verdict'], _arms=(A, B)))
     levels, rejected = holm_levels([o['p'] for o in out], 1 - level) if adjust else (np.full(len(out), level), np.ones(len(out), bool))
     for o, lv, rj in zip(out, levels, rejected):           # each claim's intervals again at its Holm level; the verdict from them
-        A, B, diffs = o.pop('_arms')
-        mb = multi_bootstrap(A.to_numpy(), B.to_numpy(), paired=True, level=lv, seed=seed)
-        _, t_lo, t_hi = t_interval(diffs, lv)
-        v = verdict(mb['lo'], mb['hi'])
-        o.update(level_holm=lv, adj_lo=mb['lo'], adj_hi=mb['hi'], adj_t_lo=t_lo, adj_t_hi=t_hi,
-                 verdict=v if rj and v == verdict(t_lo, t_hi) else 'within noise')
-    cols = ['claim', 'difference', 'lo', 'hi', 't_lo', 't_hi', 'p', 'level_holm', 'adj_lo', 'adj_hi', 'adj_t_lo', 'adj_t_hi', 'n_seeds',
-            'raw_verdict', 'verdict', 'detectable']
+        c = _seeded_claim(*o.pop('_arms'), lv, seed)
+        o.update(level_holm=lv, adj_lo=c['lo'], adj_hi=c['hi'], adj_t_lo=c['t_lo'], adj_t_hi=c['t_hi'], verdict=c['verdict'] if rj else 'within noise')
+    cols = (['task'] if len(tasks) > 1 or task is not None and not isinstance(task, str) else []) + [
+        'claim', 'difference', 'lo', 'hi', 't_lo', 't_hi', 'p', 'level_holm', 'adj_lo', 'adj_hi', 'adj_t_lo', 'adj_t_hi', 'n_seeds', 'raw_verdict', 'verdict', 'detectable']
     df = pd.DataFrame(out, columns=cols)
     return df[df['claim'].isin([f"{a} > {b}" for a, b in orderings])].reset_index(drop=True)
 

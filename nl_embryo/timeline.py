@@ -902,10 +902,9 @@ def phases_chart(phases: pd.DataFrame,          # `Run.phases()`: phase, step, s
                 ):                              # an Altair chart, one row per phase reached
     "The phases reached, one row each in order of onset, on the run's step axis: a bar from `step_lo` to `step`, a point at `step`."
     import altair as alt
-    from nl_embryo.charts import step_axis, step_scale
-    d = phases[phases['step'].notna()].copy()
+    from nl_embryo.charts import phase_rows, step_axis, step_scale
+    d = phase_rows(phases)               # the phases reached, whole steps, in order of onset
     if d.empty: raise NlEmbryoError("no phase was reached", "train longer, or analyse more checkpoints (nl-embryo analyze RUN)")
-    d['step'] = d['step'].astype(int); d['step_lo'] = d['step_lo'].fillna(d['step']).astype(int)
     given = steps is not None and len(steps) > 0
     steps = sorted({int(s) for s in steps} if given else set(d['step']) | set(d['step_lo']))
     spec = step_axis(steps, scale='linear' if step_scale(steps) == 'linear' else 'sqrt', first_step=given).to_dict()   # the phases' own steps need not start at 0
