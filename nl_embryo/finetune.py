@@ -32,7 +32,7 @@ __all__ = ['PAPER_HPARAMS', 'TASK_ANALOGUE', 'LONG_TASKS', 'RESULT_COLUMNS', 'FI
            'default_hparams', 'with_head', 'adopt_tokenizer', 'mlm_adapt', 'encode', 'predict', 'evaluate_split',
            'train_one', 'finetune', 'majority_baseline', 'transfer_table', 'transfer_chart', 'transfer_summary',
            'compare_rows', 'transfer_interval_chart', 'compare_seeded', 'seeded_markdown', 'seeded_arms',
-           'finetune_checkpoint', 'checkpoint_chart', 'finetune_run']
+           'seeded_outcomes', 'finetune_checkpoint', 'checkpoint_chart', 'finetune_run']
 
 # %% ../nbs/11_finetune.ipynb #b8416dea
 PAPER_HPARAMS = {  # analogue -> (learning rate, batch size, training steps, warm-up steps, GLUE train size): Chiang and Lee 2020 Table 5; POS: Shao 2020
@@ -697,6 +697,25 @@ def seeded_arms(folder,  # an experiment folder: `results.parquet`, and `run.jso
         arm = r[how['column']].astype(str)
         parts.append(r.assign(arm=arm if 'names' not in how else arm.map(how['names'])).dropna(subset=['arm']))
     return pd.concat(parts, ignore_index=True)
+
+# %% ../nbs/11_finetune.ipynb #1cf84a7f
+def seeded_outcomes(folder,                       # an experiment folder with `outcomes.parquet` (fine-tuning rows) and `minimal_pairs.parquet`
+                    names: dict = {900: 'english', 0: 'none'},  # the arm each value of `column` is
+                    column: str = 'step',         # the column that tells the arms apart
+                   ) -> tuple[pd.DataFrame, list]:  # (`compare_seeded`'s input with an `arm` column, the outcomes in order)
+    """A stored experiment's outcomes as one frame for `compare_seeded(..., task=outcomes)`: the fine-tuning scores of
+    `outcomes.parquet` (a task each) and the minimal-pair accuracy per phenomenon of `minimal_pairs.parquet` (task
+    `pairs: PHENOMENON`, one score per pre-training seed: fine-tuning seed 0, split `test`). Rows of other values of
+    `column` are left out."""
+    folder = Path(folder)
+    for f in ('outcomes.parquet', 'minimal_pairs.parquet'):
+        if not (folder/f).exists(): raise NlEmbryoError(f"{folder} has no {f}", "pass a folder that an experiment's outcomes script wrote")
+    ft, mp = pd.read_parquet(folder/'outcomes.parquet'), pd.read_parquet(folder/'minimal_pairs.parquet')
+    pairs = mp.assign(seed=0, split='test', primary=True, task='pairs: ' + mp['phenomenon'])
+    keep = [c for c in ft.columns if c in pairs.columns]
+    d = pd.concat([ft, pairs[keep]], ignore_index=True)
+    d = d.assign(arm=d[column].map(names)).dropna(subset=['arm'])
+    return d, [*dict.fromkeys(ft['task']), *sorted(pairs['task'].unique())]
 
 # %% ../nbs/11_finetune.ipynb #9cb3c436
 def finetune_checkpoint(model,                         # the checkpoint's model

@@ -203,3 +203,52 @@ def test_the_readme_counts_the_verdicts_that_holm_s_adjustment_withdraws():
     readme = ' '.join((ROOT/'README.md').read_text().split())
     assert (f"({words[withdrawn['holds']]} that hold alone, and {words[withdrawn['fails']]} that fails alone, are within noise "
             "after it)") in readme, withdrawn
+
+
+def test_english_vs_none_outcomes_are_stated_as_their_data_say():
+    """English against no pre-training on more outcomes than POS tagging (english-vs-none-cpu/outcomes.py): two more
+    fine-tuning tasks and the minimal pairs per phenomenon, 3 pre-training seeds each, one Holm family; the table the L1
+    transfer notebook shows is what `compare_seeded` computes from the stored files, and the re-made runs are the stored
+    runs' recipe (their last eval loss within 0.05 nat of the committed runs')."""
+    import json
+    import pandas as pd
+    from nl_embryo.finetune import compare_seeded, seeded_markdown
+    d = ROOT/'nbs'/'data'/'experiments'/'english-vs-none-cpu'
+    ft, mp = pd.read_parquet(d/'outcomes.parquet'), pd.read_parquet(d/'minimal_pairs.parquet')
+    test = ft[(ft.split == 'test') & ft.primary]
+    assert set(test['task']) == {'brown-pos', 'sentiment', 'bbc-topic'} and set(test['step']) == {0, 900}
+    assert (test.groupby(['task', 'step'])[['pretrain_seed', 'seed']].nunique() == 3).all().all()
+    assert test.groupby('task')['n_eval'].nunique().eq(1).all()                      # the same test items in both arms
+    assert mp.groupby(['phenomenon', 'step'])['pretrain_seed'].nunique().eq(3).all() and mp['phenomenon'].nunique() >= 3
+    checks = pd.read_csv(d/'pretrain_check.csv')
+    assert len(checks) == 3 and (checks['eval_mlm_loss'] - checks['stored']).abs().max() < 0.05
+    pairs = mp.assign(arm=mp['step'].map({900: 'english', 0: 'none'}), seed=0, split='test', primary=True, task='pairs: ' + mp['phenomenon'])
+    outcomes = pd.concat([ft.assign(arm=ft['step'].map({900: 'english', 0: 'none'})), pairs], ignore_index=True)
+    tasks = ['brown-pos', 'sentiment', 'bbc-topic', *sorted(pairs['task'].unique())]
+    oc = compare_seeded(outcomes, [('english', 'none')], task=tasks)
+    assert len(oc) == len(tasks) and oc['level_holm'].max() > 0.99                    # one family over every outcome
+    nb = json.loads((ROOT/'nbs'/'experiments'/'l1_transfer.ipynb').read_text())
+    shown = ''.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code'
+                    for o in c.get('outputs', []))
+    for line in seeded_markdown(oc, first='task').splitlines()[2:]:
+        assert line in shown, line
+
+
+def test_the_readme_states_the_outcomes_beyond_pos_as_their_data_say():
+    "The README's sentence on English against no pre-training beyond POS tagging: the family's size and what holds, recomputed."
+    import pandas as pd
+    from nl_embryo.acquisition import acquisition_findings
+    from nl_embryo.finetune import compare_seeded, seeded_outcomes
+    from nl_embryo.stats import t_interval
+    d = ROOT/'nbs'/'data'/'experiments'/'english-vs-none-cpu'
+    outs, names = seeded_outcomes(d)
+    oc = compare_seeded(outs, [('english', 'none')], task=names)
+    holds = list(oc.loc[oc['verdict'] == 'holds', 'task'])
+    words = dict(enumerate(['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten']))
+    pairs = sum(n.startswith('pairs: ') for n in names)
+    readme = ' '.join((ROOT/'README.md').read_text().split())
+    assert f"on sentiment, news topic and {words[pairs]} minimal-pair phenomena" in readme
+    assert f"over those {words[len(names)]} outcomes it holds on {' and '.join(holds)} only" in readme, holds
+    found = pd.DataFrame([acquisition_findings(g) for _, g in pd.read_parquet(d/'acquisition.parquet').groupby('pretrain_seed')])
+    assert (found['diff_hi'] < 0).all() and t_interval(found['diff'])[2] < 0       # "before content words in every seed"
+    assert "function words are acquired before content words in every seed" in readme
