@@ -700,13 +700,13 @@ def seeded_arms(folder,  # an experiment folder: `results.parquet`, and `run.jso
 
 # %% ../nbs/11_finetune.ipynb #1cf84a7f
 def seeded_outcomes(folder,                       # an experiment folder with `outcomes.parquet` (fine-tuning rows) and `minimal_pairs.parquet`
-                    names: dict = {900: 'english', 0: 'none'},  # the arm each value of `column` is
                     column: str = 'step',         # the column that tells the arms apart
+                    names: dict | None = None,    # the arm each value of `column` is (None: for `step`, 900 english and 0 none; else the value itself)
                    ) -> tuple[pd.DataFrame, list]:  # (`compare_seeded`'s input with an `arm` column, the outcomes in order)
     """A stored experiment's outcomes as one frame for `compare_seeded(..., task=outcomes)`: the fine-tuning scores of
     `outcomes.parquet` (a task each) and the minimal-pair accuracy per phenomenon of `minimal_pairs.parquet` (task
     `pairs: PHENOMENON`, one score per pre-training seed: fine-tuning seed 0, split `test`). Rows of other values of
-    `column` are left out."""
+    `column` are left out; with `names` None and another column, every value is an arm, named by itself."""
     folder = Path(folder)
     for f in ('outcomes.parquet', 'minimal_pairs.parquet'):
         if not (folder/f).exists(): raise NlEmbryoError(f"{folder} has no {f}", "pass a folder that an experiment's outcomes script wrote")
@@ -714,7 +714,9 @@ def seeded_outcomes(folder,                       # an experiment folder with `o
     pairs = mp.assign(seed=0, split='test', primary=True, task='pairs: ' + mp['phenomenon'])
     keep = [c for c in ft.columns if c in pairs.columns]
     d = pd.concat([ft, pairs[keep]], ignore_index=True)
-    d = d.assign(arm=d[column].map(names)).dropna(subset=['arm'])
+    if column not in d.columns: raise NlEmbryoError(f"{folder/'outcomes.parquet'} has no column {column!r}", f"pass one of {', '.join(d.columns)}")
+    if names is None and column == 'step': names = {900: 'english', 0: 'none'}
+    d = d.assign(arm=d[column].astype(str) if names is None else d[column].map(names)).dropna(subset=['arm'])
     return d, [*dict.fromkeys(ft['task']), *sorted(pairs['task'].unique())]
 
 # %% ../nbs/11_finetune.ipynb #9cb3c436

@@ -252,3 +252,47 @@ def test_the_readme_states_the_outcomes_beyond_pos_as_their_data_say():
     found = pd.DataFrame([acquisition_findings(g) for _, g in pd.read_parquet(d/'acquisition.parquet').groupby('pretrain_seed')])
     assert (found['diff_hi'] < 0).all() and t_interval(found['diff'])[2] < 0       # "before content words in every seed"
     assert "function words are acquired before content words in every seed" in readme
+
+
+def test_l1_outcomes_are_stated_as_their_data_say():
+    """English, nested-Zipf, random and no pre-training on the outcomes beyond POS tagging (l1-seeds-cpu/outcomes.py
+    with english-vs-none-cpu's): every arm on the same tasks, test items and phenomena with 3 pre-training seeds, the
+    five orderings on the nine outcomes one Holm family; the tables the L1 transfer notebook shows are what
+    `compare_seeded` computes from the stored files."""
+    import json
+    from nl_embryo.finetune import compare_seeded, seeded_markdown, seeded_outcomes
+    d = ROOT/'nbs'/'data'/'experiments'
+    l1, tasks = seeded_outcomes(d/'l1-seeds-cpu', column='l1')
+    ev, ev_tasks = seeded_outcomes(d/'english-vs-none-cpu')
+    assert tasks == ev_tasks and set(l1['arm']) == {'nested-zipf', 'random'}
+    both = pd.concat([l1, ev], ignore_index=True)
+    test = both[(both.split == 'test') & both.primary]
+    assert (test.groupby(['task', 'arm'])['pretrain_seed'].nunique() == 3).all() and test.groupby(['task', 'arm']).ngroups == 4 * len(tasks)
+    assert test[~test.task.str.startswith('pairs: ')].groupby('task')['n_eval'].nunique().eq(1).all()   # the same test items in every arm
+    mp = pd.concat([pd.read_parquet(d/'l1-seeds-cpu'/'minimal_pairs.parquet'), pd.read_parquet(d/'english-vs-none-cpu'/'minimal_pairs.parquet')])
+    assert mp.groupby('phenomenon')['n'].nunique().eq(1).all()                                           # the same pairs in every arm
+    checks = pd.read_csv(d/'l1-seeds-cpu'/'pretrain_check.csv')
+    assert len(checks) == 6 and set(checks['l1']) == {'nested-zipf', 'random'} and checks['eval_mlm_loss'].notna().all()
+    family = [('english', 'nested-zipf'), ('nested-zipf', 'random'), ('random', 'none'), ('nested-zipf', 'none'), ('english', 'random')]
+    oc = compare_seeded(both, family, task=tasks)
+    assert len(oc) == len(family) * len(tasks) and oc['level_holm'].max() > 1 - 0.05 / len(oc) - 1e-9   # one family of 45
+    nb = json.loads((ROOT/'nbs'/'experiments'/'l1_transfer.ipynb').read_text())
+    shown = ''.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code'
+                    for o in c.get('outputs', []))
+    for line in seeded_markdown(oc, first='task').splitlines()[2:]:
+        assert line in shown, line
+
+
+def test_the_readme_states_the_l1_outcomes_as_their_data_say():
+    "The README's sentence on the L1 experiment's orderings beyond POS tagging: the family's size and the one claim left, recomputed."
+    from nl_embryo.finetune import compare_seeded, seeded_outcomes
+    d = ROOT/'nbs'/'data'/'experiments'
+    l1, tasks = seeded_outcomes(d/'l1-seeds-cpu', column='l1')
+    family = [('english', 'nested-zipf'), ('nested-zipf', 'random'), ('random', 'none'), ('nested-zipf', 'none'), ('english', 'random')]
+    oc = compare_seeded(pd.concat([l1, seeded_outcomes(d/'english-vs-none-cpu')[0]], ignore_index=True), family, task=tasks)
+    left = oc[oc['verdict'] != 'within noise']
+    assert list(zip(left['claim'], left['task'], left['verdict'])) == [('english > nested-zipf', 'pairs: irregular_past_participle', 'holds')]
+    readme = ' '.join((ROOT/'README.md').read_text().split())
+    assert (f"the five orderings of the L1 experiment on the same {len(tasks)} outcomes are a family of {len(oc)} claims"
+            .replace(f" {len(tasks)} ", ' nine ') in readme)
+    assert "one is left after the adjustment, English above nested-Zipf on irregular past participles" in readme

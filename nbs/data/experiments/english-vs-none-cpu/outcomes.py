@@ -12,7 +12,9 @@ minimal pairs are scored at steps 0 and 900; the ages of acquisition are fitted 
     python outcomes.py ROOT [SEEDS]    # SEEDS: e.g. 1 (one process per seed, run side by side); then once more to join
 
 Each seed writes ROOT/seedS/outcomes/; once all three are there, ROOT gets the joined outcomes.parquet,
-minimal_pairs.parquet, acquisition.parquet and pretrain_check.csv."""
+minimal_pairs.parquet, acquisition.parquet and pretrain_check.csv. In pretrain_check.csv, `minutes` is the time from
+the start of the seed's process to the end of that seed's measurements (seed 0's 50.9 includes its step-0 fine-tunes
+made twice: its process was restarted)."""
 import sys, time, json
 from pathlib import Path
 import pandas as pd
